@@ -1,0 +1,3 @@
+from chaosproxy.cli import main
+
+raise SystemExit(main())

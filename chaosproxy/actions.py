@@ -1,0 +1,67 @@
+"""What a fault asks an adapter to do. Plain data: adapters carry the actions out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    """Wait, then carry on (before forwarding the request or before relaying the response)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Answer the agent with this instead of calling upstream."""
+
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """Accept the request and send nothing; forward normally after `release_after` s if set."""
+
+    release_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Abort the connection with a TCP reset: at once, or after relaying `after_bytes` of the body."""
+
+    after_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Relay only the first `limit` bytes (or `fraction` of the body), then close the connection."""
+
+    limit: int | None = None
+    fraction: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drip:
+    """Relay the body in `chunk_bytes` pieces with `delay` s between them."""
+
+    chunk_bytes: int
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class CutStream:
+    """End an event stream after `after_events` events: close it, or keep it open and silent."""
+
+    after_events: int
+    idle: bool = False
+
+
+Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream
+
+
+def ends_exchange(action: Action) -> bool:
+    """True when nothing after this action reaches the agent, so later rules cannot act."""
+    return isinstance(action, Respond | Reset) or (isinstance(action, Hang) and action.release_after is None)

@@ -1,0 +1,239 @@
+"""HTTP reverse proxy adapter (aiohttp): forwards every path to one upstream, faults per request.
+
+Bodies stream through chunk by chunk; a request body is read whole only when a rule needs to look
+inside it (JSON-RPC method or tool), and a response body only when a fault needs its length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from chaosproxy import streams
+from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reset, Respond, Truncate
+from chaosproxy.engine import Engine, Fired
+from chaosproxy.log import ops
+from chaosproxy.message import Message, Phase
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+                        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection", "host"})
+SMALL_BODY = 1 << 20  # request bodies up to this size are read in one go; larger ones stream
+RULE_BODY_LIMIT = 16 << 20  # the largest request body a rule may look inside
+
+
+def forwardable(headers: CIMultiDictProxy[str], *, drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
+    """All headers but hop-by-hop ones (including those the Connection header names)."""
+    hop = HOP_BY_HOP | drop
+    if connection := headers.get("Connection"):
+        hop = hop | {token.strip().lower() for token in connection.split(",")}
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in hop)
+
+
+class _Exchange:
+    """What the call log needs to know about one request, filled in as it goes."""
+
+    __slots__ = ("started", "status", "bytes_out", "outcome", "faults")
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.status: int | None = None
+        self.bytes_out = 0
+        self.outcome = "ok"
+        self.faults: list[str] = []
+
+
+class HttpProxy:
+    """Reverse proxy from one listener to one upstream base URL."""
+
+    def __init__(self, engine: Engine, upstream: str, *, transport: str = "http") -> None:
+        self.engine = engine
+        self.upstream = str(URL(upstream)).rstrip("/")
+        self.transport = transport
+        self._client: aiohttp.ClientSession | None = None
+        self._runner: web.ServerRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port (useful with port 0)."""
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        )
+        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._client is not None:
+            await self._client.close()
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        exchange = _Exchange()
+        session = request.headers.get("Mcp-Session-Id") or request.remote or "-"
+        msg = Message(self.transport, Phase.REQUEST, session=session, http_method=request.method,
+                      path=request.path, headers=request.headers)
+        try:
+            return await self._proxy(request, msg, exchange)
+        except asyncio.CancelledError:
+            exchange.outcome = "client_disconnected"
+            raise
+        finally:
+            self._log_call(msg, exchange)
+
+    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: _Exchange) -> web.StreamResponse:
+        engine = self.engine
+        body: bytes | aiohttp.StreamReader | None = None
+        if request.body_exists:
+            length = request.content_length
+            wanted = SMALL_BODY if not engine.needs_body else RULE_BODY_LIMIT
+            body = await request.content.readexactly(length) if length is not None and length <= wanted \
+                else request.content
+            if isinstance(body, bytes):
+                msg.body = body
+
+        if engine.active(Phase.REQUEST):
+            for fired in self._decide(msg, exchange):
+                match fired.action:
+                    case Delay(seconds):
+                        await asyncio.sleep(seconds)
+                    case Respond() as respond:
+                        exchange.outcome = "fault_response"
+                        return self._respond(respond, exchange)
+                    case Hang(release_after):
+                        exchange.outcome = "hang"
+                        await asyncio.sleep(release_after if release_after is not None else float("inf"))
+                        exchange.outcome = "ok"
+                    case Reset():
+                        exchange.outcome = "reset"
+                        _reset(request)
+                        return web.Response(status=499)  # never sent: the connection is gone
+
+        url = URL(self.upstream + request.raw_path, encoded=True)
+        assert self._client is not None
+        try:
+            upstream = await self._client.request(request.method, url, headers=forwardable(request.headers),
+                                                  data=body, allow_redirects=False)
+        except (aiohttp.ClientError, OSError) as exc:
+            exchange.outcome = "upstream_error"
+            ops.warning("upstream %s unreachable for %s %s: %s", self.upstream, request.method, request.path, exc)
+            return self._respond(_upstream_error(self.upstream, exc), exchange)
+        async with upstream:
+            return await self._relay(request, msg, upstream, exchange)
+
+    async def _relay(self, request: web.BaseRequest, msg: Message, upstream: aiohttp.ClientResponse,
+                     exchange: _Exchange) -> web.StreamResponse:
+        exchange.status = upstream.status
+        headers = forwardable(upstream.headers, drop=frozenset({"content-length"}))
+        length = upstream.content_length
+        is_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
+        actions = ()
+        if self.engine.active(Phase.RESPONSE):
+            reply = Message(self.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
+                            path=msg.path, headers=upstream.headers, status=upstream.status, request=msg)
+            actions = [fired.action for fired in self._decide(reply, exchange)]
+
+        if not actions and length is not None and length <= SMALL_BODY and not is_stream:
+            payload = await upstream.read()
+            exchange.bytes_out = len(payload)
+            return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
+
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        if length is not None and request.method != "HEAD":
+            response.content_length = length
+        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+        ending = "eof"
+        for action in actions:
+            match action:
+                case Delay(seconds):
+                    await asyncio.sleep(seconds)
+                case Drip(size, delay):
+                    chunks = streams.drip(chunks, size, delay)
+                case Truncate(limit, fraction):
+                    if limit is None:
+                        whole = length if length is not None else len(payload := await upstream.read())
+                        limit = int(whole * fraction)  # type: ignore[operator]
+                        if length is None:
+                            chunks = _once(payload)
+                    chunks, ending = streams.limit(chunks, limit), "close"
+                case Reset(after_bytes):
+                    chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
+                case CutStream(after_events, idle):
+                    chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "eof"
+        await response.prepare(request)
+        async for chunk in chunks:
+            exchange.bytes_out += len(chunk)
+            await response.write(chunk)
+        match ending:
+            case "eof":
+                await response.write_eof()
+            case "close":
+                exchange.outcome = "truncated"
+                request.transport.close()  # type: ignore[union-attr]  # FIN after the bytes sent
+            case "reset":
+                exchange.outcome = "reset"
+                _reset(request)
+            case "idle":
+                exchange.outcome = "stream_idle"
+                await asyncio.Event().wait()  # until the client goes away
+        return response
+
+    def _decide(self, msg: Message, exchange: _Exchange) -> list[Fired]:
+        fired = self.engine.decide(msg)
+        exchange.faults.extend(f.rule.name for f in fired)
+        return fired
+
+    def _respond(self, respond: Respond, exchange: _Exchange) -> web.Response:
+        exchange.status = respond.status
+        exchange.bytes_out = len(respond.body)
+        return web.Response(status=respond.status, body=respond.body, headers=respond.headers)
+
+    def _log_call(self, msg: Message, exchange: _Exchange) -> None:
+        fields: dict[str, Any] = {}
+        if msg.body is not None and (rpc := msg.rpc) is not None:
+            fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
+        self.engine.log.call(
+            transport=self.transport, session=msg.session, http_method=msg.http_method, path=msg.path,
+            status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
+            duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
+            faults=exchange.faults, **fields,
+        )
+
+
+async def _once(payload: bytes) -> AsyncIterator[bytes]:
+    yield payload
+
+
+def _reset(request: web.BaseRequest) -> None:
+    """Abort with RST (SO_LINGER 0) rather than a polite FIN, as a crashed server or middlebox would."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock: socket.socket | None = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def _upstream_error(upstream: str, exc: BaseException) -> Respond:
+    body = orjson.dumps({"error": {"code": 502, "message": f"chaosproxy: upstream {upstream} unreachable",
+                                   "detail": str(exc) or type(exc).__name__}})
+    return Respond(502, body, {"Content-Type": "application/json", "X-Chaosproxy-Error": "upstream-unreachable"})
+
+

@@ -1,0 +1,181 @@
+"""The engine: which rules match a message, whether their gates let them fire, what they do.
+
+It knows nothing about sockets; adapters hand it `Message`s and carry out the actions it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import random
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosproxy.actions import Action, Respond, ends_exchange
+from chaosproxy.faults import Fault, FaultContext
+from chaosproxy.log import PerturbationLog, digest, ops
+from chaosproxy.message import Message, Phase
+from chaosproxy.scenario import Rule, Scenario
+
+
+def draw_seed() -> int:
+    return secrets.randbits(32)
+
+
+def _glob(pattern: str, *, fold_case: bool = False) -> Callable[[str], bool]:
+    regex = re.compile(fnmatch.translate(pattern), re.IGNORECASE if fold_case else 0)
+    return lambda value: regex.match(value) is not None
+
+
+@dataclass(slots=True)
+class Fired:
+    """A fault that fired on a message, with the action it chose."""
+
+    rule: Rule
+    fault: Fault
+    action: Action
+
+
+@dataclass(slots=True)
+class _Counter:
+    matched: int = 0
+    fired: int = 0
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+
+class _CompiledRule:
+    """A rule with its globs compiled and its per-session (or global) counters."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        m = rule.match
+        checks: list[Callable[[Message], bool]] = []
+        if m.transport is not None:
+            is_transport = _glob(m.transport)
+            checks.append(lambda msg: is_transport(msg.transport))
+        if m.http_method is not None:
+            is_method = _glob(m.http_method, fold_case=True)
+            checks.append(lambda msg: msg.http_method is not None and is_method(msg.http_method))
+        if m.path is not None:
+            is_path = _glob(m.path)
+            checks.append(lambda msg: msg.path is not None and is_path(msg.path))
+        for name, value in m.header.items():
+            checks.append(_header_check(name, _glob(value)))
+        if m.method is not None:
+            is_rpc = _glob(m.method)
+            checks.append(lambda msg: (method := msg.method) is not None and is_rpc(method))
+        if m.tool is not None:
+            is_tool = _glob(m.tool)
+            checks.append(lambda msg: (tool := msg.tool) is not None and is_tool(tool))
+        self.checks = checks
+        self.needs_body = m.method is not None or m.tool is not None
+        self.counters: dict[str, _Counter] = {}
+
+    def matches(self, msg: Message) -> bool:
+        return all(check(msg) for check in self.checks)
+
+    def counter(self, session: str) -> _Counter:
+        key = session if self.rule.scope == "session" else "*"
+        counter = self.counters.get(key)
+        if counter is None:
+            counter = self.counters[key] = _Counter()
+        return counter
+
+
+def _header_check(name: str, is_value: Callable[[str], bool]) -> Callable[[Message], bool]:
+    def check(msg: Message) -> bool:
+        value = (msg.request or msg).headers.get(name)
+        return value is not None and is_value(value)
+    return check
+
+
+class Engine:
+    """Decides, per message, which faults fire. One engine serves every adapter of a run."""
+
+    def __init__(self, scenario: Scenario, *, seed: int, log: PerturbationLog) -> None:
+        self.seed = seed
+        self.log = log
+        self.started = time.monotonic()
+        self.load(scenario)
+
+    def load(self, scenario: Scenario) -> None:
+        """Put a scenario in force (atomically: a message is decided under one scenario or the other)."""
+        compiled = [_CompiledRule(rule) for rule in scenario.rules]
+        by_phase: dict[Phase, list[_CompiledRule]] = {phase: [] for phase in Phase}
+        for rule in compiled:
+            by_phase[rule.rule.fault.phase].append(rule)
+        self.scenario = scenario
+        self._by_phase = by_phase
+        self.needs_body = any(rule.needs_body for rule in compiled)
+
+    def active(self, phase: Phase) -> bool:
+        """False when no rule can act on this phase: adapters then skip building a message at all."""
+        return bool(self._by_phase[phase])
+
+    def decide(self, msg: Message) -> list[Fired]:
+        fired: list[Fired] = []
+        for rule in self._by_phase[msg.phase]:
+            try:
+                outcome = self._gate_and_act(rule, msg)
+            except Exception as exc:  # fail open: a broken fault must not break the agent's traffic
+                ops.exception("rule %r failed on a %s; passing it through", rule.rule.name, msg.phase)
+                self.log.error(rule=rule.rule.name, fault=rule.rule.fault.type, error=repr(exc))
+                continue
+            if outcome is not None:
+                fired.append(outcome)
+                if ends_exchange(outcome.action):
+                    break
+        return fired
+
+    def _gate_and_act(self, compiled: _CompiledRule, msg: Message) -> Fired | None:
+        rule = compiled.rule
+        if not rule.enabled or not compiled.matches(msg):
+            return None
+        counter = compiled.counter(msg.session)
+        counter.matched += 1
+        index = counter.matched
+        now = time.monotonic()
+        if rule.window is not None:
+            elapsed = now - self.started
+            end = rule.window.start_s + (rule.window.duration_s or float("inf"))
+            if not rule.window.start_s <= elapsed < end:
+                return None
+        if index <= rule.after or (index - rule.after) % rule.every:
+            return None
+        if rule.first is not None and counter.fired >= rule.first:
+            return None
+        # One stream per (seed, rule, session, match index): the same run meets the same faults
+        # however requests from different sessions interleave.
+        rng = random.Random(f"{self.seed}:{rule.name}:{msg.session}:{index}")
+        if rule.probability < 1 and rng.random() >= rule.probability:
+            return None
+        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now))
+        if action is None:
+            return None
+        counter.fired += 1
+        self._log_fault(rule, msg, action, index)
+        return Fired(rule, rule.fault, action)
+
+    def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int) -> None:
+        fault = rule.fault
+        effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
+        extra: dict[str, Any] = {}
+        if isinstance(action, Respond):
+            extra["perturbed_digest"] = digest(action.body)
+            if msg.body is not None:
+                extra["original_digest"] = digest(msg.body)
+        self.log.fault(
+            rule=rule.name, fault=fault.type, component=fault.component, level=fault.level,
+            phase=msg.phase, transport=msg.transport, session=msg.session, route=msg.route,
+            http_method=msg.http_method, path=msg.path, method=msg.method, tool=msg.tool,
+            rpc_id=msg.rpc_id, match_index=index, params=fault.params(),
+            action=type(action).__name__.lower(), effect=effect, **extra,
+        )
+
+    def reset(self) -> None:
+        """Forget every counter and session state (the control API's POST /reset)."""
+        self.load(self.scenario)

@@ -1,0 +1,85 @@
+"""The fault unit: a pydantic model whose fields are its YAML parameters, plus one `act` method."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from chaosproxy.actions import Action
+from chaosproxy.message import Message, Phase
+
+
+class Component(StrEnum):
+    """The part of the agent's POMDP a fault perturbs."""
+
+    OBSERVATION = "observation"
+    ACTION = "action"
+    REWARD = "reward"
+    TRANSITION = "transition"
+
+
+class Level(StrEnum):
+    """The protocol layer a fault works at."""
+
+    TRANSPORT = "transport"
+    HTTP = "http"
+    JSONRPC = "jsonrpc"
+    MCP = "mcp"
+    CONTENT = "content"
+
+
+@dataclass(slots=True)
+class FaultContext:
+    """What a fault may look at when it acts. `rng` is the decision's own seeded stream."""
+
+    message: Message
+    rng: random.Random
+    state: dict[str, Any]
+    now: float
+
+
+class Fault(BaseModel):
+    """Base of every fault. Subclasses set `type`, `component`, `level` and implement `act`.
+
+    `act` returns the action to carry out, or None when the fault declines this message (a token
+    bucket with tokens left, a stream cut on a response that is not a stream); a declined fault
+    neither counts as fired nor is logged.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    component: ClassVar[Component]
+    level: ClassVar[Level]
+    acts_on: ClassVar[Phase] = Phase.REQUEST
+
+    @property
+    def phase(self) -> Phase:
+        return self.acts_on
+
+    def act(self, ctx: FaultContext) -> Action | None:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        """The parameters as given, for the log."""
+        return self.model_dump(exclude={"type"}, exclude_defaults=True, mode="json")
+
+    @classmethod
+    def summary(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0]
+
+
+REGISTRY: dict[str, type[Fault]] = {}
+
+
+def register[F: type[Fault]](cls: F) -> F:
+    """Class decorator: make a fault available to scenarios under its `type`."""
+    name = cls.model_fields["type"].default
+    if not isinstance(name, str) or name in REGISTRY:
+        raise ValueError(f"fault {cls.__name__}: missing or duplicate type {name!r}")
+    REGISTRY[name] = cls
+    return cls

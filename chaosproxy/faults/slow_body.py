@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from chaosproxy.actions import Drip
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.message import Phase
+
+
+@register
+class SlowBody(Fault):
+    """Drip the response body in small chunks with a pause between them."""
+
+    type: Literal["slow_body"] = "slow_body"
+    chunk_bytes: int = Field(64, ge=1)
+    delay_ms: float = Field(100, ge=0)
+
+    component = Component.TRANSITION
+    level = Level.TRANSPORT
+    acts_on = Phase.RESPONSE
+
+    def act(self, ctx: FaultContext) -> Drip:
+        return Drip(self.chunk_bytes, self.delay_ms / 1000)

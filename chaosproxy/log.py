@@ -1,0 +1,78 @@
+"""The perturbation log (JSON lines, machine-read) and the operational log (human-read, stderr)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import orjson
+import structlog
+
+ops = logging.getLogger("chaosproxy")
+
+
+def setup_operational_log(verbose: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("chaosproxy %(levelname)s %(message)s"))
+    ops.handlers[:] = [handler]
+    ops.setLevel(logging.DEBUG if verbose else logging.INFO)
+    ops.propagate = False
+
+
+def digest(payload: bytes) -> str:
+    """A short content digest, so a log can say whether two payloads were the same."""
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def _event_first(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {"ts": datetime.now(UTC).isoformat(timespec="microseconds"), "event": event.pop("event"), **event}
+
+
+class PerturbationLog:
+    """One JSON line per fired fault (`event: fault`) and per forwarded call (`event: call`).
+
+    Every line carries the run id and seed, so a log file alone is enough to reproduce a run.
+    Listeners (the control API's live event stream) get each line's fields as they are written.
+    """
+
+    def __init__(self, stream: BinaryIO, *, run_id: str, seed: int) -> None:
+        self.run_id = run_id
+        self.seed = seed
+        self._stream = stream
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._logger = structlog.wrap_logger(
+            structlog.BytesLogger(stream),
+            processors=[self._notify, _event_first, structlog.processors.JSONRenderer(serializer=orjson.dumps)],
+            context_class=dict,
+        ).bind(run_id=run_id, seed=seed)
+
+    def _notify(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def fault(self, **fields: Any) -> None:
+        self._logger.info("fault", **fields)
+
+    def call(self, **fields: Any) -> None:
+        self._logger.info("call", **fields)
+
+    def error(self, **fields: Any) -> None:
+        self._logger.info("error", **fields)
+
+    def run(self, **fields: Any) -> None:
+        """The first line of a run: what was loaded, with which seed."""
+        self._logger.info("run", **fields)
+
+    def close(self) -> None:
+        self._stream.flush()
+        if self._stream not in (sys.stdout.buffer, sys.stderr.buffer):
+            self._stream.close()

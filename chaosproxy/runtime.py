@@ -1,0 +1,60 @@
+"""Wiring a run together: scenario, seed, log and engine, and a clean stop on SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from chaosproxy import __version__
+from chaosproxy.engine import Engine, draw_seed
+from chaosproxy.log import PerturbationLog
+from chaosproxy.scenario import Scenario, load_scenario
+
+
+@contextlib.contextmanager
+def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
+                log_path: str | Path | None = None, scenario: Scenario | None = None) -> Iterator[Engine]:
+    """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
+
+    Raises ScenarioError before anything is opened when the scenario is invalid.
+    """
+    if scenario is None:
+        scenario = load_scenario(scenario_path) if scenario_path is not None else Scenario()
+    seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
+    stream: BinaryIO = open(log_path, "ab") if log_path is not None else sys.stderr.buffer  # noqa: SIM115
+    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed)
+    try:
+        log.run(version=__version__, scenario=str(scenario_path) if scenario_path else None,
+                rules=[rule.name for rule in scenario.rules])
+        yield Engine(scenario, seed=seed, log=log)
+    finally:
+        log.close()
+
+
+async def wait_for_stop_signal() -> None:
+    """Return on SIGINT or SIGTERM, so the caller can stop listeners and flush the log."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def run_async(main) -> None:  # type: ignore[no-untyped-def]
+    """Run a coroutine on uvloop when it is installed (a third less CPU per request), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
