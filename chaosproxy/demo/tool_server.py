@@ -2,7 +2,9 @@
 
   POST /api/search     {"query": "..."} -> {"results": [...]}
   GET  /api/weather    ?city=... -> {"city": ..., "temp_c": ...}
-  *    /echo/...       echoes the request: the body byte for byte, method/path in X-Echo-* headers
+  *    /echo/...       echoes the request: the body byte for byte, the method, raw path and headers
+                       received in X-Echo-Method, X-Echo-Path and X-Echo-Headers (JSON pairs);
+                       X-Echo-Status asks for a status
   GET  /sse            ?n=5&interval_ms=50: n events, the first at once, then one per interval
   GET  /big            ?bytes=1048576: a JSON document of that size, streamed in 64 KiB chunks
   GET  /health         "ok"
@@ -33,8 +35,7 @@ async def echo(request: web.Request) -> web.Response:
     body = await request.read()
     headers = {"X-Echo-Method": request.method, "X-Echo-Path": request.raw_path,
                "Content-Type": request.headers.get("Content-Type", "application/octet-stream")}
-    if "X-Echo-Header" in request.headers:
-        headers["X-Echo-Header"] = request.headers["X-Echo-Header"]
+    headers["X-Echo-Headers"] = json.dumps(list(request.headers.items()))
     status = int(request.headers.get("X-Echo-Status", "200"))
     return web.Response(status=status, body=body, headers=headers)
 
@@ -44,11 +45,14 @@ async def sse(request: web.Request) -> web.StreamResponse:
     interval = float(request.query.get("interval_ms", "50")) / 1000
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    for i in range(count):
-        if i:
-            await asyncio.sleep(interval)
-        await response.write(f"id: {i}\nevent: tick\ndata: {json.dumps({'n': i})}\n\n".encode())
-    await response.write_eof()
+    try:
+        for i in range(count):
+            if i:
+                await asyncio.sleep(interval)
+            await response.write(f"id: {i}\nevent: tick\ndata: {json.dumps({'n': i})}\n\n".encode())
+        await response.write_eof()
+    except ConnectionError:
+        pass  # the client went away: the stream ends here
     return response
 
 

@@ -1,0 +1,57 @@
+"""Shared fixtures: a real tool server and real proxies on 127.0.0.1, run in a background event loop.
+
+The servers live in their own thread and loop, so tests drive them with real clients from the test's
+loop (aiohttp) or from plain sync code (http.client, hypothesis) exactly as an agent would.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chaosproxy.adapters.http import HttpProxy
+from chaosproxy.demo import tool_server
+from chaosproxy.engine import Engine
+from chaosproxy.log import PerturbationLog
+from chaosproxy.scenario import parse_scenario
+from tests.support import RunningProxy, ServerLoop
+
+
+@pytest.fixture(scope="session")
+def server_loop() -> Iterator[ServerLoop]:
+    loop = ServerLoop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def upstream(server_loop: ServerLoop) -> Iterator[str]:
+    runner, port = server_loop.run(tool_server.start())
+    yield f"http://127.0.0.1:{port}"
+    server_loop.run(runner.cleanup())
+
+
+@pytest.fixture
+def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[Any]:
+    """Start a proxy with a scenario (YAML text or dict) and a seed; all are stopped after the test."""
+    started: list[tuple[HttpProxy, PerturbationLog]] = []
+
+    def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None) -> RunningProxy:
+        text = scenario if isinstance(scenario, str) else yaml.safe_dump(scenario)
+        log_path = tmp_path / f"log-{len(started)}.jsonl"
+        log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed)
+        engine = Engine(parse_scenario(text), seed=seed, log=log)
+        proxy = HttpProxy(engine, to or upstream)
+        port = server_loop.run(proxy.start("127.0.0.1", 0))
+        started.append((proxy, log))
+        return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path)
+
+    yield start
+    for proxy, log in started:
+        server_loop.run(proxy.stop())
+        log.close()

@@ -1,0 +1,46 @@
+"""Test support: a background server loop, a handle on a running proxy, scenario shorthands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from chaosproxy.engine import Engine
+
+
+class ServerLoop:
+    """An event loop in a daemon thread; `run` executes a coroutine there and returns its result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run[T](self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class RunningProxy:
+    """A chaosproxy HTTP proxy in front of the test tool server, with its perturbation log."""
+
+    def __init__(self, url: str, engine: Engine, log_path: Path) -> None:
+        self.url = url
+        self.engine = engine
+        self.log_path = log_path
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in self.log_path.read_text().splitlines()]
+        return [line for line in lines if kind is None or line["event"] == kind]
+
+
+def rule(name: str, fault: dict[str, Any], **gates: Any) -> dict[str, Any]:
+    """A one-rule scenario dict."""
+    return {"rules": [{"name": name, "fault": fault, **gates}]}
