@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,33 @@ class CutStream:
     idle: bool = False
 
 
-Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer a JSON-RPC request with `message` (an error, a stub result) instead of forwarding it,
+    after `delay` seconds."""
+
+    message: dict[str, Any]
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Pass the JSON-RPC message on, changed to `message` (later rules see the changed message)."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Garble:
+    """Send `raw` in place of the message's frame: broken JSON, stray lines, an empty line."""
+
+    raw: bytes
+
+
+Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble
 
 
 def ends_exchange(action: Action) -> bool:
     """True when nothing after this action reaches the agent, so later rules cannot act."""
-    return isinstance(action, Respond | Reset) or (isinstance(action, Hang) and action.release_after is None)
+    return isinstance(action, Respond | Reset | Reply | Garble) or (
+        isinstance(action, Hang) and action.release_after is None)

@@ -15,11 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaosproxy.actions import Action, Respond, ends_exchange
+import orjson
+
+from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, ends_exchange
 from chaosproxy.faults import Fault, FaultContext
 from chaosproxy.log import PerturbationLog, digest, ops
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import Rule, Scenario
+from chaosproxy.session import SessionState
 
 
 def draw_seed() -> int:
@@ -72,10 +75,13 @@ class _CompiledRule:
             is_tool = _glob(m.tool)
             checks.append(lambda msg: (tool := msg.tool) is not None and is_tool(tool))
         self.checks = checks
-        self.needs_body = m.method is not None or m.tool is not None
+        self.on_messages = rule.fault.on_messages
+        self.needs_body = m.method is not None or m.tool is not None or self.on_messages
         self.counters: dict[str, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
+        if self.on_messages and msg.rpc is None:
+            return False
         return all(check(msg) for check in self.checks)
 
     def counter(self, session: str) -> _Counter:
@@ -105,20 +111,44 @@ class Engine:
     def load(self, scenario: Scenario) -> None:
         """Put a scenario in force (atomically: a message is decided under one scenario or the other)."""
         compiled = [_CompiledRule(rule) for rule in scenario.rules]
-        by_phase: dict[Phase, list[_CompiledRule]] = {phase: [] for phase in Phase}
+        by_kind: dict[tuple[Phase, bool], list[_CompiledRule]] = {
+            (phase, on_messages): [] for phase in Phase for on_messages in (False, True)}
         for rule in compiled:
-            by_phase[rule.rule.fault.phase].append(rule)
+            by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
         self.scenario = scenario
-        self._by_phase = by_phase
-        self.needs_body = any(rule.needs_body for rule in compiled)
+        self._by_kind = by_kind
+        # Faults that show the agent made-up tools need to see its tools/call requests to route them.
+        self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
+        self.needs_body = self._routes_calls or any(
+            rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
+        self.sessions: dict[str, SessionState] = {}
 
-    def active(self, phase: Phase) -> bool:
-        """False when no rule can act on this phase: adapters then skip building a message at all."""
-        return bool(self._by_phase[phase])
+    def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
+        """False when no rule can act here: adapters then skip building messages at all."""
+        if phase is Phase.REQUEST and messages and self._routes_calls:
+            return True
+        return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
 
-    def decide(self, msg: Message) -> list[Fired]:
+    def session(self, key: str) -> SessionState:
+        state = self.sessions.get(key)
+        if state is None:
+            state = self.sessions[key] = SessionState()
+        return state
+
+    def decide(self, msg: Message, *, wire: bool = True, messages: bool = True) -> list[Fired]:
+        """The faults that fire on `msg`, in rule order, each already logged.
+
+        `wire` and `messages` choose between faults acting on the transport (a whole HTTP response)
+        and faults acting on JSON-RPC messages (each message inside it); stdio asks for both.
+        A Rewrite is applied to `msg` at once, so later rules and the adapter see the new message.
+        """
         fired: list[Fired] = []
-        for rule in self._by_phase[msg.phase]:
+        if msg.phase is Phase.REQUEST and msg.method == "tools/call" and (routed := self._route(msg)) is not None:
+            fired.append(routed)
+            if ends_exchange(routed.action):
+                return fired
+        rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
+        for rule in rules:
             try:
                 outcome = self._gate_and_act(rule, msg)
             except Exception as exc:  # fail open: a broken fault must not break the agent's traffic
@@ -130,6 +160,28 @@ class Engine:
                 if ends_exchange(outcome.action):
                     break
         return fired
+
+    def _route(self, msg: Message) -> Fired | None:
+        """Calls to a tool a fault made up (a duplicate, a distractor, a new name) go where it said."""
+        session = self.session(msg.session)
+        session.tool_calls += 1
+        name = msg.tool
+        route = session.routes.get(name) if name is not None else None
+        if route is None:
+            return None
+        rpc = msg.rpc
+        assert rpc is not None
+        rule = next((r for r in self.scenario.rules if r.name == route.rule), None)
+        if rule is None:  # the scenario changed since; the route went with the old one
+            return None
+        if route.reply is not None:
+            action: Action = Reply({"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
+        else:
+            action = Rewrite({**rpc, "params": {**rpc["params"], "name": route.real}})
+        self._log_fault(rule, msg, action, session.tool_calls)
+        if isinstance(action, Rewrite):
+            msg.replace(action.message)
+        return Fired(rule, rule.fault, action)
 
     def _gate_and_act(self, compiled: _CompiledRule, msg: Message) -> Fired | None:
         rule = compiled.rule
@@ -153,19 +205,24 @@ class Engine:
         rng = random.Random(f"{self.seed}:{rule.name}:{msg.session}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
-        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now))
+        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
         if action is None:
             return None
         counter.fired += 1
         self._log_fault(rule, msg, action, index)
+        if isinstance(action, Rewrite):
+            msg.replace(action.message)
         return Fired(rule, rule.fault, action)
 
     def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int) -> None:
         fault = rule.fault
         effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
+        if isinstance(action, Reply | Rewrite) and "error" in action.message:
+            effect["error"] = action.message["error"]
         extra: dict[str, Any] = {}
-        if isinstance(action, Respond):
-            extra["perturbed_digest"] = digest(action.body)
+        perturbed = _payload(action)
+        if perturbed is not None:
+            extra["perturbed_digest"] = digest(perturbed)
             if msg.body is not None:
                 extra["original_digest"] = digest(msg.body)
         self.log.fault(
@@ -179,3 +236,13 @@ class Engine:
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""
         self.load(self.scenario)
+
+
+def _payload(action: Action) -> bytes | None:
+    """The bytes a payload-changing action puts in place of the original."""
+    match action:
+        case Respond(body=body) | Garble(raw=body):
+            return body
+        case Reply(message=message) | Rewrite(message=message):
+            return orjson.dumps(message)
+    return None

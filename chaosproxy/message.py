@@ -60,6 +60,11 @@ class Message:
                     self._rpc = parsed
         return self._rpc
 
+    def replace(self, rpc: dict[str, Any]) -> None:
+        """Make this message carry `rpc` instead (a fault rewrote it); `body` is re-serialized."""
+        self._rpc = rpc
+        self.body = orjson.dumps(rpc)
+
     def _call(self) -> dict[str, Any] | None:
         return self.request.rpc if self.request is not None else self.rpc
 

@@ -54,3 +54,42 @@ async def sse_events(chunks: AsyncIterator[bytes], max_events: int) -> AsyncIter
                 return
         tail = data[max(last_end, len(data) - 3):]
         yield chunk
+
+
+async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Each SSE event as one bytes object (with its blank-line terminator) as soon as it is complete."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        start = 0
+        for end in _EVENT_END.finditer(pending):
+            yield pending[start:end.end()]
+            start = end.end()
+        pending = pending[start:]
+    if pending:
+        yield pending
+
+
+_LINE = re.compile(rb"\r\n|\n|\r")
+
+
+def sse_data(event: bytes) -> bytes | None:
+    """The event's data (its `data:` lines joined by LF), or None when it has none."""
+    data = [line[5:].removeprefix(b" ") for line in _LINE.split(event) if line.startswith(b"data:")]
+    return b"\n".join(data) if data else None
+
+
+def sse_field(event: bytes, name: bytes) -> bytes | None:
+    """The value of the event's first `name:` line (e.g. b"event"), if any."""
+    prefix = name + b":"
+    for line in _LINE.split(event):
+        if line.startswith(prefix):
+            return line[len(prefix):].removeprefix(b" ")
+    return None
+
+
+def sse_with_data(event: bytes, data: bytes) -> bytes:
+    """The event with its data replaced; other fields (id, event, retry, comments) are kept."""
+    lines = [line for line in _LINE.split(event) if line and not line.startswith(b"data:")]
+    lines += [b"data: " + line for line in _LINE.split(data)]
+    return b"\n".join(lines) + b"\n\n"

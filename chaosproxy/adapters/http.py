@@ -20,7 +20,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from chaosproxy import streams
-from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reset, Respond, Truncate
+from chaosproxy.adapters.jsonrpc import JsonRpcRelay
+from chaosproxy.actions import CutStream, Delay, Drip, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
@@ -59,6 +60,7 @@ class HttpProxy:
         self.engine = engine
         self.upstream = str(URL(upstream)).rstrip("/")
         self.transport = transport
+        self.rpc = JsonRpcRelay(engine, transport, URL(self.upstream))
         self._client: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
 
@@ -86,7 +88,8 @@ class HttpProxy:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         exchange = _Exchange()
-        session = request.headers.get("Mcp-Session-Id") or request.remote or "-"
+        session = (request.headers.get("Mcp-Session-Id") or request.query.get("sessionId")
+                   or request.query.get("session_id") or request.remote or "-")
         msg = Message(self.transport, Phase.REQUEST, session=session, http_method=request.method,
                       path=request.path, headers=request.headers)
         try:
@@ -108,7 +111,9 @@ class HttpProxy:
             if isinstance(body, bytes):
                 msg.body = body
 
+        headers = forwardable(request.headers)
         if engine.active(Phase.REQUEST):
+            original = msg.body
             for fired in self._decide(msg, exchange):
                 match fired.action:
                     case Delay(seconds):
@@ -116,6 +121,10 @@ class HttpProxy:
                     case Respond() as respond:
                         exchange.outcome = "fault_response"
                         return self._respond(respond, exchange)
+                    case Reply(message, delay):
+                        exchange.outcome = "fault_response"
+                        await asyncio.sleep(delay)
+                        return self._respond(self.rpc.reply(msg, message), exchange)
                     case Hang(release_after):
                         exchange.outcome = "hang"
                         await asyncio.sleep(release_after if release_after is not None else float("inf"))
@@ -124,12 +133,17 @@ class HttpProxy:
                         exchange.outcome = "reset"
                         _reset(request)
                         return web.Response(status=499)  # never sent: the connection is gone
+            if msg.body is not original:  # a fault rewrote the JSON-RPC request
+                body = msg.body
+                _mirror_rpc_headers(headers, msg)
 
+        if msg.body is not None and self.rpc.watching:
+            self.rpc.expect(msg)
         url = URL(self.upstream + request.raw_path, encoded=True)
         assert self._client is not None
         try:
-            upstream = await self._client.request(request.method, url, headers=forwardable(request.headers),
-                                                  data=body, allow_redirects=False)
+            upstream = await self._client.request(request.method, url, headers=headers, data=body,
+                                                  allow_redirects=False)
         except (aiohttp.ClientError, OSError) as exc:
             exchange.outcome = "upstream_error"
             ops.warning("upstream %s unreachable for %s %s: %s", self.upstream, request.method, request.path, exc)
@@ -147,17 +161,26 @@ class HttpProxy:
         if self.engine.active(Phase.RESPONSE):
             reply = Message(self.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=upstream.headers, status=upstream.status, request=msg)
-            actions = [fired.action for fired in self._decide(reply, exchange)]
+            actions = [fired.action for fired in self._decide(reply, exchange, messages=False)]
 
+        per_message = self.engine.active(Phase.RESPONSE, wire=False)
+        is_json = per_message and "json" in upstream.headers.get("Content-Type", "")
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
+            if is_json:
+                payload = self.rpc.relay_message(payload, msg)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
 
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+        if is_stream and (per_message or request.method == "GET"):
+            chunks = self.rpc.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
+        elif is_json:
+            payload = self.rpc.relay_message(await upstream.read(), msg)
+            chunks, length = _once(payload), len(payload)
         if length is not None and request.method != "HEAD":
             response.content_length = length
-        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
         ending = "eof"
         for action in actions:
             match action:
@@ -194,8 +217,8 @@ class HttpProxy:
                 await asyncio.Event().wait()  # until the client goes away
         return response
 
-    def _decide(self, msg: Message, exchange: _Exchange) -> list[Fired]:
-        fired = self.engine.decide(msg)
+    def _decide(self, msg: Message, exchange: _Exchange, *, messages: bool = True) -> list[Fired]:
+        fired = self.engine.decide(msg, messages=messages)
         exchange.faults.extend(f.rule.name for f in fired)
         return fired
 
@@ -229,6 +252,15 @@ def _reset(request: web.BaseRequest) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+def _mirror_rpc_headers(headers: CIMultiDict[str], msg: Message) -> None:
+    """Keep the 2026-era mirrored headers consistent with a rewritten body (servers reject a mismatch)."""
+    if "Mcp-Name" in headers and msg.tool is not None:
+        headers["Mcp-Name"] = msg.tool
+    if "Mcp-Method" in headers and msg.method is not None:
+        headers["Mcp-Method"] = msg.method
+    headers.popall("Content-Length", None)
 
 
 def _upstream_error(upstream: str, exc: BaseException) -> Respond:

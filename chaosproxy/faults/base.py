@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from chaosproxy.actions import Action
 from chaosproxy.message import Message, Phase
+from chaosproxy.session import SessionState
 
 
 class Component(StrEnum):
@@ -34,12 +35,19 @@ class Level(StrEnum):
 
 @dataclass(slots=True)
 class FaultContext:
-    """What a fault may look at when it acts. `rng` is the decision's own seeded stream."""
+    """What a fault may look at when it acts.
+
+    `rng` is the decision's own seeded stream, `state` the rule's scratch space for this session
+    (or for all, with scope: global), `session` what every rule knows about the session, and
+    `rule` the rule's name (for tool routes the fault leaves behind).
+    """
 
     message: Message
     rng: random.Random
     state: dict[str, Any]
     now: float
+    session: SessionState
+    rule: str
 
 
 class Fault(BaseModel):
@@ -56,10 +64,20 @@ class Fault(BaseModel):
     component: ClassVar[Component]
     level: ClassVar[Level]
     acts_on: ClassVar[Phase] = Phase.REQUEST
+    routes_calls: ClassVar[bool] = False  # True when the fault leaves tool routes in the session
 
     @property
     def phase(self) -> Phase:
         return self.acts_on
+
+    @property
+    def on_messages(self) -> bool:
+        """True for faults that act on JSON-RPC messages, False for those that act on the wire.
+
+        On HTTP one response may carry many JSON-RPC messages (an SSE stream): wire faults act on
+        the response once, message faults on each message in it.
+        """
+        return self.level not in (Level.TRANSPORT, Level.HTTP)
 
     def act(self, ctx: FaultContext) -> Action | None:
         raise NotImplementedError

@@ -21,7 +21,7 @@ class Latency(Fault):
     sigma: float = Field(0.5, gt=0, description="lognormal: shape")
     alpha: float = Field(2.0, gt=0, description="pareto: shape (smaller = heavier tail)")
     max_ms: float | None = Field(None, ge=0, description="uniform: upper bound; others: a cap")
-    on: Phase = Field(Phase.REQUEST, description="delay before forwarding, or before replying")
+    at: Phase = Field(Phase.REQUEST, description="delay the request before forwarding, or the response")
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
@@ -36,7 +36,7 @@ class Latency(Fault):
 
     @property
     def phase(self) -> Phase:
-        return self.on
+        return self.at
 
     def sample_ms(self, rng) -> float:
         match self.distribution:

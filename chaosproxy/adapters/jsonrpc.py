@@ -1,0 +1,133 @@
+"""JSON-RPC awareness for the HTTP transports (MCP streamable HTTP and legacy HTTP+SSE).
+
+One HTTP response may carry many JSON-RPC messages (an SSE stream), and on legacy HTTP+SSE the
+reply to a POST arrives on another connection (the GET stream). This relay correlates replies with
+their requests per session, asks the engine about each message, and keeps the legacy `endpoint`
+event pointing back through the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from yarl import URL
+
+from chaosproxy import streams
+from chaosproxy.actions import Garble, Reply, Respond
+from chaosproxy.engine import Engine
+from chaosproxy.message import Message, Phase
+
+MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
+_END = object()
+
+
+class JsonRpcRelay:
+    def __init__(self, engine: Engine, transport: str, upstream: URL) -> None:
+        self.engine = engine
+        self.transport = transport
+        self.upstream = upstream
+        self._pending: OrderedDict[tuple[str, Any], Message] = OrderedDict()
+        self._legacy_streams: dict[str, asyncio.Queue[Any]] = {}
+
+    @property
+    def watching(self) -> bool:
+        """True when some rule acts on replies, so requests must be remembered to correlate them."""
+        return self.engine.active(Phase.RESPONSE, wire=False)
+
+    def expect(self, request: Message) -> None:
+        rpc = request.rpc
+        if rpc is not None and "method" in rpc and "id" in rpc:
+            self._pending[request.session, _key(rpc["id"])] = request
+            if len(self._pending) > MAX_PENDING:
+                self._pending.popitem(last=False)
+
+    def reply(self, request: Message, message: dict[str, Any]) -> Respond:
+        """Answer a request in the proxy's place, on whichever channel the agent expects the answer."""
+        body = orjson.dumps(message)
+        stream = self._legacy_streams.get(request.session)
+        if stream is not None:  # legacy HTTP+SSE: the POST is accepted, the answer goes down the stream
+            stream.put_nowait(b"event: message\ndata: " + body + b"\n\n")
+            return Respond(202, b"Accepted", {"Content-Type": "text/plain; charset=utf-8"})
+        return Respond(200, body, {"Content-Type": "application/json"})
+
+    def relay_message(self, payload: bytes, request: Message, session: str | None = None) -> bytes:
+        """Decide on one JSON-RPC message from upstream; returns the bytes to send in its place.
+
+        `request` is the HTTP request whose response carries the message; `session` overrides its
+        session (a legacy GET stream learns its session from the endpoint event).
+        """
+        if not self.watching:
+            return payload
+        session = session or request.session
+        msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
+                      path=request.path, body=payload)
+        rpc = msg.rpc
+        if rpc is None:
+            return payload
+        if "method" not in rpc and "id" in rpc:
+            correlated = self._pending.pop((session, _key(rpc["id"])), None)
+            msg.request = correlated if correlated is not None else request if request.rpc is not None else None
+        for fired in self.engine.decide(msg, wire=False):
+            match fired.action:
+                case Garble(raw):
+                    return raw
+                case Reply(message):
+                    return orjson.dumps(message)
+        return msg.body or payload
+
+    async def relay_events(self, chunks: AsyncIterator[bytes], request: Message) -> AsyncIterator[bytes]:
+        """An SSE response, event by event; on a legacy GET stream, with the proxy's own replies mixed in."""
+        frames = streams.sse_frames(chunks)
+        session = request.session
+        first = await anext(frames, None)
+        if first is None:
+            return
+        if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
+            first, session = self._endpoint(first, session)
+            yield first
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+            self._legacy_streams[session] = queue
+            pump = asyncio.create_task(_pump(frames, queue))
+            try:
+                while (frame := await queue.get()) is not _END:
+                    yield self._relay_frame(frame, request, session)
+            finally:
+                pump.cancel()
+                self._legacy_streams.pop(session, None)
+            return
+        yield self._relay_frame(first, request, session)
+        async for frame in frames:
+            yield self._relay_frame(frame, request, session)
+
+    def _relay_frame(self, frame: bytes, request: Message, session: str) -> bytes:
+        data = streams.sse_data(frame)
+        if data is None or not self.watching:
+            return frame
+        new = self.relay_message(data, request, session)
+        return frame if new is data else streams.sse_with_data(frame, new)
+
+    def _endpoint(self, frame: bytes, session: str) -> tuple[bytes, str]:
+        """Point the legacy `endpoint` event back through the proxy; learn the session it names."""
+        data = (streams.sse_data(frame) or b"").decode("utf-8", "replace").strip()
+        target = URL(data)
+        session = target.query.get("sessionId") or target.query.get("session_id") or session
+        if target.is_absolute():
+            if target.origin() == self.upstream.origin():
+                return streams.sse_with_data(frame, target.raw_path_qs.encode()), session
+        return frame, session
+
+
+async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any]) -> None:
+    try:
+        async for frame in frames:
+            queue.put_nowait(frame)
+    finally:
+        queue.put_nowait(_END)
+
+
+def _key(rpc_id: Any) -> Any:
+    return rpc_id if isinstance(rpc_id, str | int) else orjson.dumps(rpc_id)

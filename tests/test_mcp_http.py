@@ -1,0 +1,75 @@
+"""MCP over streamable HTTP and legacy SSE through the proxy, with the real Python SDK client."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.mcp_support import client, dump, serve
+
+ERAS = ["auto", "legacy"]  # auto negotiates the 2026-07-28 era with this server; legacy forces the handshake
+WATCH = {"rules": [{"name": "never", "match": {"tool": "no-such-tool"},
+                    "fault": {"type": "latency", "delay_ms": 1, "at": "response"}}]}
+
+
+@pytest.fixture(scope="module")
+def mcp_http():
+    with serve("http") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def mcp_json():
+    with serve("http", "--json-response") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def mcp_sse():
+    with serve("sse") as url:
+        yield url
+
+
+async def session_transcript(url: str, mode: str) -> dict:
+    async with client(url, mode) as session:
+        return {
+            "tools": dump(await session.list_tools()),
+            "weather": dump(await session.call_tool("weather", {"city": "Lima"})),
+            "search": dump(await session.call_tool("search", {"query": "chaos", "limit": 2})),
+            "fail": dump(await session.call_tool("fail", {"reason": "nope"})),
+        }
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("server", ["mcp_http", "mcp_json", "mcp_sse"])
+@pytest.mark.parametrize("scenario", ["rules: []", WATCH], ids=["idle", "watching"])
+async def test_results_are_identical_direct_and_through_the_proxy(request, make_proxy, server, mode, scenario):
+    if server == "mcp_sse" and mode != "legacy":
+        pytest.skip("legacy HTTP+SSE speaks the handshake era only")
+    base = request.getfixturevalue(server)
+    path = "/sse" if server == "mcp_sse" else "/mcp"
+    proxy = make_proxy(scenario, to=base)
+    direct = await session_transcript(base + path, mode)
+    proxied = await session_transcript(proxy.url + path, mode)
+    assert proxied == direct
+    assert {t["name"] for t in direct["tools"]["tools"]} >= {"search", "weather", "count"}
+    assert proxy.events("fault") == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_notifications_arrive_as_they_are_sent(make_proxy, mcp_http, mode):
+    proxy = make_proxy(WATCH, to=mcp_http)
+    arrivals: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        arrivals.append(time.perf_counter())
+
+    async with client(proxy.url + "/mcp", mode) as session:
+        started = time.perf_counter()
+        result = await session.call_tool("count", {"n": 4, "interval_ms": 150}, progress_callback=on_progress)
+        finished = time.perf_counter()
+    assert result.content[0].text == "counted to 4"
+    assert len(arrivals) == 4
+    assert arrivals[0] - started < 0.45  # the first step's progress, not the end of the call
+    assert finished - arrivals[0] > 0.3
