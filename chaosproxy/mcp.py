@@ -1,0 +1,64 @@
+"""Reading and rebuilding MCP payloads, for faults that act on tools/list and tools/call messages.
+
+Everything here works on plain JSON-RPC dicts and returns new dicts: the original is never mutated
+(the log digests it, and a later rule may look at it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaosproxy.actions import Rewrite
+from chaosproxy.message import Message, Phase
+
+
+def listed_tools(msg: Message) -> list[dict[str, Any]] | None:
+    """The tools of a tools/list response, or None when `msg` is not one."""
+    if msg.phase is not Phase.RESPONSE or msg.method != "tools/list":
+        return None
+    result = (msg.rpc or {}).get("result")
+    tools = result.get("tools") if isinstance(result, dict) else None
+    return tools if isinstance(tools, list) else None
+
+
+def is_first_page(msg: Message) -> bool:
+    """True unless the request asked for a later page (a cursor): tools are added on page one only."""
+    request = msg.request.rpc if msg.request is not None else None
+    params = (request or {}).get("params") or {}
+    return not (isinstance(params, dict) and params.get("cursor"))
+
+
+def with_tools(msg: Message, tools: list[dict[str, Any]]) -> Rewrite:
+    """A Rewrite of a tools/list response with this tool list (nextCursor and all else kept)."""
+    rpc = msg.rpc
+    assert rpc is not None
+    return Rewrite({**rpc, "result": {**rpc["result"], "tools": tools}})
+
+
+def call_result(msg: Message) -> dict[str, Any] | None:
+    """The result of a tools/call response (content, structuredContent, isError), or None."""
+    if msg.phase is not Phase.RESPONSE or msg.method != "tools/call":
+        return None
+    result = (msg.rpc or {}).get("result")
+    return result if isinstance(result, dict) else None
+
+
+def with_result(msg: Message, result: dict[str, Any]) -> Rewrite:
+    """A Rewrite of a response with this result."""
+    rpc = msg.rpc
+    assert rpc is not None
+    return Rewrite({**rpc, "result": result})
+
+
+def error_reply(msg: Message, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error answering the request `msg` (or the request a response `msg` answers)."""
+    rpc = msg.rpc if msg.phase is Phase.REQUEST or msg.request is None else msg.request.rpc
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": (rpc or {}).get("id"), "error": error}
+
+
+def tool_error_result(text: str) -> dict[str, Any]:
+    """A tools/call result that reports a tool-level failure (isError: true), as servers send them."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
