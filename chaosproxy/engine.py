@@ -20,6 +20,7 @@ import orjson
 from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, ends_exchange
 from chaosproxy.faults import Fault, FaultContext
 from chaosproxy.log import PerturbationLog, digest, ops
+from chaosproxy.mcp import result_reply
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import SessionState
@@ -175,7 +176,8 @@ class Engine:
         if rule is None:  # the scenario changed since; the route went with the old one
             return None
         if route.reply is not None:
-            action: Action = Reply({"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
+            action: Action = Reply(result_reply(msg, route.reply["result"]) if "result" in route.reply
+                                   else {"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
         else:
             action = Rewrite({**rpc, "params": {**rpc["params"], "name": route.real}})
         self._log_fault(rule, msg, action, session.tool_calls)

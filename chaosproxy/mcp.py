@@ -59,6 +59,23 @@ def error_reply(msg: Message, code: int, message: str, data: Any = None) -> dict
     return {"jsonrpc": "2.0", "id": (rpc or {}).get("id"), "error": error}
 
 
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+
+
+def result_reply(msg: Message, result: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC result answering the request `msg`, in the request's protocol era.
+
+    Stateless-era (2026-07-28) requests carry their protocol version in `_meta`, and their clients
+    require `resultType` on results; handshake-era clients know no such field.
+    """
+    rpc = msg.rpc or {}
+    params = rpc.get("params") if isinstance(rpc.get("params"), dict) else {}
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    if str(meta.get(PROTOCOL_VERSION_META, "")) >= "2026":
+        result = {"resultType": "complete", **result}
+    return {"jsonrpc": "2.0", "id": rpc.get("id"), "result": result}
+
+
 def tool_error_result(text: str) -> dict[str, Any]:
     """A tools/call result that reports a tool-level failure (isError: true), as servers send them."""
     return {"content": [{"type": "text", "text": text}], "isError": True}

@@ -89,7 +89,7 @@ def everything_http(
             port = free_port()
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    everything_stdio()[:-1] + [mode],
+                    [str(NODE22), str(EVERYTHING), mode],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=tmp,
                     env={**os.environ, "PORT": str(port), "HOME": tmp}, start_new_session=True,
                 )  # fmt: skip
@@ -177,12 +177,3 @@ def conformance(
         raise RuntimeError(f"conformance ran no scenario (exit {done.returncode}): {done.stderr[-2000:]}")
     scenarios = {name: "FAILURE" not in statuses.values() for name, statuses in checks.items()}
     return Conformance(scenarios, checks, seconds, done.returncode, done.stdout + done.stderr)
-
-
-def require() -> None:
-    """Skip the calling test (or module, at import time) when the peers are not installed."""
-    if reason := missing():
-        import pytest
-
-        pytest.skip(reason, allow_module_level=True)
-
