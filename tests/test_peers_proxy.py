@@ -1,0 +1,76 @@
+"""Independent peers through the proxy: servers and clients we did not write see no difference.
+
+server-everything (the TypeScript reference server) over streamable HTTP and legacy SSE with the
+Python SDK client and the MCP Inspector CLI, and the official conformance suite run direct and
+through the idle proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.mcp_support import client, dump
+from tests.peers import peers
+
+if (reason := peers.missing()) and not os.environ.get("CI"):
+    pytest.skip(reason, allow_module_level=True)
+
+
+@pytest.fixture(scope="module", params=["streamableHttp", "sse"])
+def everything(request):
+    with peers.everything_http(request.param) as server:
+        yield server
+
+
+def through(proxy_url: str, server: peers.Server) -> str:
+    return proxy_url + server.url.removeprefix(server.base)
+
+
+async def transcript(url: str) -> dict:
+    async with asyncio.timeout(60), client(url, "legacy", read_timeout_seconds=20) as session:
+        return {
+            "tools": dump(await session.list_tools()),
+            "echo": dump(await session.call_tool("echo", {"message": "through the proxy"})),
+            "sum": dump(await session.call_tool("get-sum", {"a": 2, "b": 40})),
+            "structured": dump(await session.call_tool("get-structured-content", {"location": "New York"})),
+        }
+
+
+async def test_sdk_client_sees_the_same_server_direct_and_through_the_proxy(make_proxy, everything):
+    proxy = make_proxy(to=everything.base)
+    direct = await transcript(everything.url)
+    proxied = await transcript(through(proxy.url, everything))
+    assert proxied == direct
+    assert direct["echo"]["content"][0]["text"] == "Echo: through the proxy"
+
+
+async def test_a_fault_reaches_the_sdk_client_from_a_foreign_server(make_proxy, everything):
+    proxy = make_proxy({"rules": [{"name": "sum-broken", "match": {"tool": "get-sum"},
+                                   "fault": {"type": "rpc_error", "code": -32000, "message": "backend down"}}]},
+                       to=everything.base)
+    async with asyncio.timeout(60), client(through(proxy.url, everything), "legacy") as session:
+        with pytest.raises(MCPError, match="backend down"):
+            await session.call_tool("get-sum", {"a": 1, "b": 2})
+        echoed = await session.call_tool("echo", {"message": "still here"})
+    assert echoed.content[0].text == "Echo: still here"
+    assert [f["tool"] for f in proxy.events("fault")] == ["get-sum"]
+
+
+def test_inspector_cli_sees_the_same_tools_through_the_proxy(make_proxy, everything):
+    proxy = make_proxy(to=everything.base)
+    direct = peers.inspector(everything.url, "--method", "tools/list")
+    proxied = peers.inspector(through(proxy.url, everything), "--method", "tools/list")
+    assert proxied == direct and len(direct["tools"]) >= 10
+
+
+def test_conformance_suite_gives_the_same_results_direct_and_through_the_idle_proxy(make_proxy):
+    with peers.everything_http("streamableHttp") as server:
+        proxy = make_proxy(to=server.base)
+        direct = peers.conformance(server.url)
+        proxied = peers.conformance(through(proxy.url, server))
+    assert direct.passed, direct.output[-2000:]
+    assert proxied.checks == direct.checks
