@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+import aiohttp
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.mcp_support import client, dump, serve
 
@@ -73,3 +76,46 @@ async def test_progress_notifications_arrive_as_they_are_sent(make_proxy, mcp_ht
     assert len(arrivals) == 4
     assert arrivals[0] - started < 0.45  # the first step's progress, not the end of the call
     assert finished - arrivals[0] > 0.3
+
+
+async def test_an_upstream_dying_mid_session_is_a_clear_error_not_a_hang(make_proxy):
+    with contextlib.ExitStack() as server:
+        url = server.enter_context(serve("http"))
+        proxy = make_proxy(WATCH, to=url)
+        async with client(proxy.url + "/mcp", "legacy", read_timeout_seconds=10) as session:
+            await session.list_tools()
+            server.close()  # the server process is gone mid-session
+            started = time.perf_counter()
+            with pytest.raises(MCPError) as caught:
+                await session.call_tool("weather", {"city": "Oslo"})
+    assert time.perf_counter() - started < 5
+    assert caught.value.error.code == -32603  # the SDK's reading of our 502
+    assert [c["outcome"] for c in proxy.events("call")][-1] == "upstream_error"
+
+
+async def test_legacy_endpoint_with_an_absolute_url_is_pointed_back_through_the_proxy(make_proxy):
+    """Some legacy servers announce an absolute POST URL; the agent must still POST via the proxy."""
+    from aiohttp import web
+
+    async def sse(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        origin = f"http://127.0.0.1:{request.url.port}"
+        await response.write(f"event: endpoint\ndata: {origin}/messages?sessionId=s1\n\n".encode())
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/sse", sse)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        proxy = make_proxy(to=f"http://127.0.0.1:{port}")
+        async with aiohttp.ClientSession() as http, http.get(proxy.url + "/sse") as response:
+            body = await response.read()
+    finally:
+        await runner.cleanup()
+    assert body == b"event: endpoint\ndata: /messages?sessionId=s1\n\n"
