@@ -83,6 +83,16 @@ class Garble:
     raw: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Not an action: the fault matched but cannot act on this payload (an image, a binary body).
+
+    The engine logs the reason (`event: skip`) and lets the message pass; the fault does not count as fired.
+    """
+
+    reason: str
+
+
 Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, ends_exchange
-from chaosproxy.faults import Fault, FaultContext
+from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
+from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
 from chaosproxy.mcp import result_reply
 from chaosproxy.message import Message, Phase
@@ -77,11 +77,13 @@ class _CompiledRule:
             checks.append(lambda msg: (tool := msg.tool) is not None and is_tool(tool))
         self.checks = checks
         self.on_messages = rule.fault.on_messages
+        # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
+        self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
         self.counters: dict[str, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
-        if self.on_messages and msg.rpc is None:
+        if self.on_messages and msg.rpc is None and not self.on_plain_bodies:
             return False
         return all(check(msg) for check in self.checks)
 
@@ -209,6 +211,10 @@ class Engine:
             return None
         action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
         if action is None:
+            return None
+        if isinstance(action, Skip):
+            self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
+                          method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=action.reason)
             return None
         counter.fired += 1
         self._log_fault(rule, msg, action, index)

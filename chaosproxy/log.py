@@ -65,6 +65,10 @@ class PerturbationLog:
     def call(self, **fields: Any) -> None:
         self._logger.info("call", **fields)
 
+    def skip(self, **fields: Any) -> None:
+        """A rule matched but its fault could not act on the payload (and said why)."""
+        self._logger.info("skip", **fields)
+
     def error(self, **fields: Any) -> None:
         self._logger.info("error", **fields)
 

@@ -164,10 +164,12 @@ class HttpProxy:
             actions = [fired.action for fired in self._decide(reply, exchange, messages=False)]
 
         per_message = self.engine.active(Phase.RESPONSE, wire=False)
-        is_json = per_message and "json" in upstream.headers.get("Content-Type", "")
+        # JSON-RPC replies and plain JSON or text bodies are read whole when a rule acts on messages
+        read_whole = per_message and not is_stream and _is_text(upstream.headers.get("Content-Type", "")) \
+            and (length is None or length <= RULE_BODY_LIMIT)
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
-            if is_json:
+            if read_whole:
                 payload = self.rpc.relay_message(payload, msg)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
@@ -176,7 +178,7 @@ class HttpProxy:
         chunks: AsyncIterator[bytes] = upstream.content.iter_any()
         if is_stream and (per_message or request.method == "GET"):
             chunks = self.rpc.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
-        elif is_json:
+        elif read_whole:
             payload = self.rpc.relay_message(await upstream.read(), msg)
             chunks, length = _once(payload), len(payload)
         if length is not None and request.method != "HEAD":
@@ -252,6 +254,10 @@ def _reset(request: web.BaseRequest) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+def _is_text(content_type: str) -> bool:
+    return "json" in content_type or content_type.startswith("text/")
 
 
 def _mirror_rpc_headers(headers: CIMultiDict[str], msg: Message) -> None:

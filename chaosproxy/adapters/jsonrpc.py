@@ -66,9 +66,7 @@ class JsonRpcRelay:
         msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
                       path=request.path, body=payload)
         rpc = msg.rpc
-        if rpc is None:
-            return payload
-        if "method" not in rpc and "id" in rpc:
+        if rpc is not None and "method" not in rpc and "id" in rpc:
             correlated = self._pending.pop((session, _key(rpc["id"])), None)
             msg.request = correlated if correlated is not None else request if request.rpc is not None else None
         for fired in self.engine.decide(msg, wire=False):

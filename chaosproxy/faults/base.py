@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from chaosproxy.actions import Action
+from chaosproxy.actions import Action, Skip
 from chaosproxy.message import Message, Phase
 from chaosproxy.session import SessionState
 
@@ -55,7 +55,8 @@ class Fault(BaseModel):
 
     `act` returns the action to carry out, or None when the fault declines this message (a token
     bucket with tokens left, a stream cut on a response that is not a stream); a declined fault
-    neither counts as fired nor is logged.
+    neither counts as fired nor is logged. It returns `Skip(reason)` when the message is one it
+    should act on but cannot (a binary result for a text fault): that is logged, not fired.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,7 +80,7 @@ class Fault(BaseModel):
         """
         return self.level not in (Level.TRANSPORT, Level.HTTP)
 
-    def act(self, ctx: FaultContext) -> Action | None:
+    def act(self, ctx: FaultContext) -> Action | Skip | None:
         raise NotImplementedError
 
     def params(self) -> dict[str, Any]:
