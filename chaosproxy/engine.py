@@ -61,6 +61,9 @@ class _CompiledRule:
         if m.transport is not None:
             is_transport = _glob(m.transport)
             checks.append(lambda msg: is_transport(msg.transport))
+        if m.route is not None:
+            is_route = _glob(m.route)
+            checks.append(lambda msg: msg.route is not None and is_route(msg.route))
         if m.http_method is not None:
             is_method = _glob(m.http_method, fold_case=True)
             checks.append(lambda msg: msg.http_method is not None and is_method(msg.http_method))

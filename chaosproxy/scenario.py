@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from chaosproxy.faults import FaultSpec
 
@@ -19,7 +19,8 @@ class _Strict(BaseModel):
 class Match(_Strict):
     """Which messages a rule applies to. Every key is optional; all given keys must match."""
 
-    transport: str | None = Field(None, description="glob on the transport: http, sse, stdio")
+    transport: str | None = Field(None, description="glob on the transport: http, stdio, mitm")
+    route: str | None = Field(None, description="glob on the route name (the prefix without its slash)")
     http_method: str | None = Field(None, description="HTTP method, e.g. POST (case-insensitive)")
     path: str | None = Field(None, description="glob on the URL path, e.g. /api/*")
     method: str | None = Field(None, description="glob on the JSON-RPC method, e.g. tools/*")
@@ -57,12 +58,34 @@ class Rule(_Strict):
     fault: FaultSpec
 
 
+def check_route(prefix: str, url: str) -> None:
+    """Raise ValueError unless PREFIX=URL is a usable route: /name (or / for the default) to http(s)://host."""
+    from yarl import URL
+    if not prefix.startswith("/") or (prefix != "/" and prefix.endswith("/")) or "*" in prefix:
+        raise ValueError(f"route prefix {prefix!r} must look like /name (or / for the default)")
+    try:
+        target = URL(url)
+    except ValueError as exc:
+        raise ValueError(f"route {prefix} -> {url!r}: {exc}") from None
+    if target.scheme not in ("http", "https") or not target.host:
+        raise ValueError(f"route {prefix} -> {url!r}: expected an http:// or https:// URL")
+
+
 class Scenario(_Strict):
     """A set of rules, and the seed that makes every random choice reproducible."""
 
     seed: int | None = Field(None, ge=0, description="unset: one is drawn and logged")
     description: str | None = None
+    routes: dict[str, str] = Field(default_factory=dict, description="path prefix -> upstream URL, e.g. "
+                                   "{/github: 'http://127.0.0.1:9001'}; --route and --upstream add to these")
     rules: list[Rule] = Field(default_factory=list)
+
+    @field_validator("routes")
+    @classmethod
+    def _check_routes(cls, routes: dict[str, str]) -> dict[str, str]:
+        for prefix, url in routes.items():
+            check_route(prefix, url)
+        return routes
 
     @model_validator(mode="after")
     def _unique_names(self) -> Self:
@@ -106,10 +129,29 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         loader.dispose()
     if not isinstance(data, dict):
         raise ScenarioError([f"{source}:1: a scenario is a mapping with a 'rules' list"])
+    if duplicates := list(_duplicate_keys(root, source)):
+        raise ScenarioError(duplicates)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError([_describe(error, root, source) for error in exc.errors()]) from None
+
+
+def _duplicate_keys(node: yaml.Node, source: str) -> list[str]:
+    """YAML quietly keeps the last of two equal keys; in a scenario that hides a mistake, so report it."""
+    problems: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[Any, int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            if key.value in first_line:
+                problems.append(f"{source}:{line}: duplicate key {key.value!r} (first on line {first_line[key.value]})")
+            first_line.setdefault(key.value, line)
+            problems += _duplicate_keys(value, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            problems += _duplicate_keys(item, source)
+    return problems
 
 
 def _describe(error: Any, root: yaml.Node, source: str) -> str:

@@ -46,7 +46,7 @@ def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterat
         log_path = tmp_path / f"log-{len(started)}.jsonl"
         log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed)
         engine = Engine(parse_scenario(text), seed=seed, log=log)
-        proxy = HttpProxy(engine, to or upstream)
+        proxy = HttpProxy(engine, engine.scenario.routes or to or upstream)
         port = server_loop.run(proxy.start("127.0.0.1", 0))
         started.append((proxy, log))
         return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path)

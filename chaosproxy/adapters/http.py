@@ -10,7 +10,7 @@ import asyncio
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -53,14 +53,37 @@ class _Exchange:
         self.faults: list[str] = []
 
 
-class HttpProxy:
-    """Reverse proxy from one listener to one upstream base URL."""
+class Route:
+    """Requests under `prefix` go to `upstream` with the prefix taken off ("/" takes everything else)."""
 
-    def __init__(self, engine: Engine, upstream: str, *, transport: str = "http") -> None:
-        self.engine = engine
+    __slots__ = ("prefix", "name", "upstream", "relay")
+
+    def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str) -> None:
+        self.prefix = prefix.rstrip("/")
+        self.name = self.prefix.lstrip("/") or "default"
         self.upstream = str(URL(upstream)).rstrip("/")
+        self.relay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
+
+    def target(self, raw_path: str) -> str | None:
+        """The upstream URL for a request path (with query), or None when the path is not under the prefix."""
+        if not self.prefix:
+            return self.upstream + raw_path
+        rest = raw_path[len(self.prefix):]
+        if raw_path.startswith(self.prefix) and (not rest or rest[0] in "/?"):
+            return self.upstream + (rest if rest.startswith("/") else "/" + rest)
+        return None
+
+
+class HttpProxy:
+    """Reverse proxy from one listener to one upstream, or to several by path prefix (routes)."""
+
+    def __init__(self, engine: Engine, upstream: str | Mapping[str, str], *, transport: str = "http") -> None:
+        self.engine = engine
         self.transport = transport
-        self.rpc = JsonRpcRelay(engine, transport, URL(self.upstream))
+        routes = {"/": upstream} if isinstance(upstream, str) else upstream
+        # longest prefix first, so /a/b wins over /a and / catches the rest
+        self.routes = sorted((Route(prefix, url, engine, transport) for prefix, url in routes.items()),
+                             key=lambda route: len(route.prefix), reverse=True)
         self._client: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
 
@@ -90,17 +113,25 @@ class HttpProxy:
         exchange = _Exchange()
         session = (request.headers.get("Mcp-Session-Id") or request.query.get("sessionId")
                    or request.query.get("session_id") or request.remote or "-")
+        raw_path = request.raw_path
+        route, url = next(((r, t) for r in self.routes if (t := r.target(raw_path)) is not None), (None, None))
         msg = Message(self.transport, Phase.REQUEST, session=session, http_method=request.method,
-                      path=request.path, headers=request.headers)
+                      path=request.path, headers=request.headers, route=route.name if route else None)
         try:
-            return await self._proxy(request, msg, exchange)
+            if route is None or url is None:  # never an open relay: only configured upstreams
+                exchange.outcome = "no_route"
+                body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {request.path}",
+                                               "routes": [r.prefix or "/" for r in self.routes]}})
+                return self._respond(Respond(404, body, {"Content-Type": "application/json"}), exchange)
+            return await self._proxy(request, msg, exchange, route, url)
         except asyncio.CancelledError:
             exchange.outcome = "client_disconnected"
             raise
         finally:
             self._log_call(msg, exchange)
 
-    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: _Exchange) -> web.StreamResponse:
+    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: _Exchange, route: Route,
+                     url: str) -> web.StreamResponse:
         engine = self.engine
         body: bytes | aiohttp.StreamReader | None = None
         if request.body_exists:
@@ -124,7 +155,7 @@ class HttpProxy:
                     case Reply(message, delay):
                         exchange.outcome = "fault_response"
                         await asyncio.sleep(delay)
-                        return self._respond(self.rpc.reply(msg, message), exchange)
+                        return self._respond(route.relay.reply(msg, message), exchange)
                     case Hang(release_after):
                         exchange.outcome = "hang"
                         await asyncio.sleep(release_after if release_after is not None else float("inf"))
@@ -137,22 +168,21 @@ class HttpProxy:
                 body = msg.body
                 _mirror_rpc_headers(headers, msg)
 
-        if msg.body is not None and self.rpc.watching:
-            self.rpc.expect(msg)
-        url = URL(self.upstream + request.raw_path, encoded=True)
+        if msg.body is not None and route.relay.watching:
+            route.relay.expect(msg)
         assert self._client is not None
         try:
-            upstream = await self._client.request(request.method, url, headers=headers, data=body,
+            upstream = await self._client.request(request.method, URL(url, encoded=True), headers=headers, data=body,
                                                   allow_redirects=False)
         except (aiohttp.ClientError, OSError) as exc:
             exchange.outcome = "upstream_error"
-            ops.warning("upstream %s unreachable for %s %s: %s", self.upstream, request.method, request.path, exc)
-            return self._respond(_upstream_error(self.upstream, exc), exchange)
+            ops.warning("upstream %s unreachable for %s %s: %s", route.upstream, request.method, request.path, exc)
+            return self._respond(_upstream_error(route.upstream, exc), exchange)
         async with upstream:
-            return await self._relay(request, msg, upstream, exchange)
+            return await self._relay(request, msg, upstream, exchange, route.relay)
 
     async def _relay(self, request: web.BaseRequest, msg: Message, upstream: aiohttp.ClientResponse,
-                     exchange: _Exchange) -> web.StreamResponse:
+                     exchange: _Exchange, relay: JsonRpcRelay) -> web.StreamResponse:
         exchange.status = upstream.status
         headers = forwardable(upstream.headers, drop=frozenset({"content-length"}))
         length = upstream.content_length
@@ -160,7 +190,8 @@ class HttpProxy:
         actions = ()
         if self.engine.active(Phase.RESPONSE):
             reply = Message(self.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
-                            path=msg.path, headers=upstream.headers, status=upstream.status, request=msg)
+                            path=msg.path, headers=upstream.headers, status=upstream.status, request=msg,
+                            route=msg.route)
             actions = [fired.action for fired in self._decide(reply, exchange, messages=False)]
 
         per_message = self.engine.active(Phase.RESPONSE, wire=False)
@@ -170,16 +201,16 @@ class HttpProxy:
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
             if read_whole:
-                payload = self.rpc.relay_message(payload, msg)
+                payload = relay.relay_message(payload, msg)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
 
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         chunks: AsyncIterator[bytes] = upstream.content.iter_any()
         if is_stream and (per_message or request.method == "GET"):
-            chunks = self.rpc.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
+            chunks = relay.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
         elif read_whole:
-            payload = self.rpc.relay_message(await upstream.read(), msg)
+            payload = relay.relay_message(await upstream.read(), msg)
             chunks, length = _once(payload), len(payload)
         if length is not None and request.method != "HEAD":
             response.content_length = length
@@ -234,7 +265,7 @@ class HttpProxy:
         if msg.body is not None and (rpc := msg.rpc) is not None:
             fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
         self.engine.log.call(
-            transport=self.transport, session=msg.session, http_method=msg.http_method, path=msg.path,
+            transport=self.transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
             status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
             duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
             faults=exchange.faults, **fields,

@@ -26,10 +26,11 @@ _END = object()
 
 
 class JsonRpcRelay:
-    def __init__(self, engine: Engine, transport: str, upstream: URL) -> None:
+    def __init__(self, engine: Engine, transport: str, upstream: URL, prefix: str = "") -> None:
         self.engine = engine
         self.transport = transport
         self.upstream = upstream
+        self.prefix = prefix  # the route's path prefix, put back in front of endpoint paths
         self._pending: OrderedDict[tuple[str, Any], Message] = OrderedDict()
         self._legacy_streams: dict[str, asyncio.Queue[Any]] = {}
 
@@ -64,7 +65,7 @@ class JsonRpcRelay:
             return payload
         session = session or request.session
         msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
-                      path=request.path, body=payload)
+                      path=request.path, body=payload, route=request.route)
         rpc = msg.rpc
         if rpc is not None and "method" not in rpc and "id" in rpc:
             correlated = self._pending.pop((session, _key(rpc["id"])), None)
@@ -113,9 +114,10 @@ class JsonRpcRelay:
         data = (streams.sse_data(frame) or b"").decode("utf-8", "replace").strip()
         target = URL(data)
         session = target.query.get("sessionId") or target.query.get("session_id") or session
-        if target.is_absolute():
-            if target.origin() == self.upstream.origin():
-                return streams.sse_with_data(frame, target.raw_path_qs.encode()), session
+        if target.is_absolute() and target.origin() == self.upstream.origin():
+            return streams.sse_with_data(frame, (self.prefix + target.raw_path_qs).encode()), session
+        if self.prefix and data.startswith("/"):
+            return streams.sse_with_data(frame, (self.prefix + data).encode()), session
         return frame, session
 
 
