@@ -37,7 +37,13 @@ def forwardable(headers: CIMultiDictProxy[str], *, drop: frozenset[str] = frozen
     hop = HOP_BY_HOP | drop
     if connection := headers.get("Connection"):
         hop = hop | {token.strip().lower() for token in connection.split(",")}
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in hop)
+    forwarded: CIMultiDict[str] = CIMultiDict()
+    spelling: dict[str, str] = {}  # repeated names keep their first spelling: aiohttp's client would
+    for name, value in headers.items():  # otherwise keep only the last of X-V / X-v
+        lower = name.lower()
+        if lower not in hop:
+            forwarded.add(spelling.setdefault(lower, name), value)
+    return forwarded
 
 
 class _Exchange:

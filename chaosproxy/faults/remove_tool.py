@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal
+
+from pydantic import Field
+
+from chaosproxy import mcp
+from chaosproxy.actions import Rewrite
+from chaosproxy.faults._tool_routes import name_of
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.message import Phase
+
+
+@register
+class RemoveTool(Fault):
+    """Hide tools from tools/list: always, or once the session has made N tool calls (a rug pull)."""
+
+    type: Literal["remove_tool"] = "remove_tool"
+    tool: str = Field(description="glob of the tools to hide")
+    after_calls: int = Field(0, ge=0, description="hide once the session has made this many tool calls; "
+                                                  "0: from the start")
+
+    component = Component.ACTION
+    level = Level.MCP
+    acts_on = Phase.RESPONSE
+    # It leaves no routes, but the engine counts a session's tool calls only when it sees them.
+    routes_calls = True
+
+    def act(self, ctx: FaultContext) -> Rewrite | None:
+        tools = mcp.listed_tools(ctx.message)
+        if tools is None or ctx.session.tool_calls < self.after_calls:
+            return None
+        kept = [tool for tool in tools if (name := name_of(tool)) is None
+                or not fnmatch.fnmatchcase(name, self.tool)]
+        return mcp.with_tools(ctx.message, kept) if len(kept) < len(tools) else None
