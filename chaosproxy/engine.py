@@ -128,6 +128,7 @@ class Engine:
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
         self.sessions: dict[str, SessionState] = {}
+        self._ordinals: dict[str, int] = {}
 
     def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
         """False when no rule can act here: adapters then skip building messages at all."""
@@ -168,24 +169,31 @@ class Engine:
         return fired
 
     def _route(self, msg: Message) -> Fired | None:
-        """Calls to a tool a fault made up (a duplicate, a distractor, a new name) go where it said."""
+        """Calls to a tool a fault made up (a duplicate, a distractor, a new name) go where it said.
+
+        Routes chain (a distractor of a renamed tool): they are followed to the end, at most once each.
+        """
         session = self.session(msg.session)
         session.tool_calls += 1
         name = msg.tool
         route = session.routes.get(name) if name is not None else None
         if route is None:
             return None
-        rpc = msg.rpc
-        assert rpc is not None
         rule = next((r for r in self.scenario.rules if r.name == route.rule), None)
         if rule is None:  # the scenario changed since; the route went with the old one
             return None
+        seen = {name}
+        while route.real is not None and route.real not in seen and (onward := session.routes.get(route.real)):
+            seen.add(route.real)
+            route = onward
+        rpc = msg.rpc
+        assert rpc is not None
         if route.reply is not None:
             action: Action = Reply(result_reply(msg, route.reply["result"]) if "result" in route.reply
                                    else {"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
         else:
             action = Rewrite({**rpc, "params": {**rpc["params"], "name": route.real}})
-        self._log_fault(rule, msg, action, session.tool_calls)
+        self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
         if isinstance(action, Rewrite):
             msg.replace(action.message)
         return Fired(rule, rule.fault, action)
@@ -208,8 +216,10 @@ class Engine:
         if rule.first is not None and counter.fired >= rule.first:
             return None
         # One stream per (seed, rule, session, match index): the same run meets the same faults
-        # however requests from different sessions interleave.
-        rng = random.Random(f"{self.seed}:{rule.name}:{msg.session}:{index}")
+        # however requests from different sessions interleave. Sessions count by order of first
+        # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
+        ordinal = self._ordinals.setdefault(msg.session, len(self._ordinals) + 1)
+        rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
         action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
@@ -225,12 +235,11 @@ class Engine:
             msg.replace(action.message)
         return Fired(rule, rule.fault, action)
 
-    def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int) -> None:
+    def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
         fault = rule.fault
         effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
-        extra: dict[str, Any] = {}
         perturbed = _payload(action)
         if perturbed is not None:
             extra["perturbed_digest"] = digest(perturbed)

@@ -111,11 +111,14 @@ def load_scenario(path: str | Path) -> Scenario:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
-    return parse_scenario(text, str(path))
+    return parse_scenario(text, str(path), base_dir=path.parent)
 
 
-def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
-    """Validate YAML (or JSON) text; every problem is reported with the line it comes from."""
+def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Validate YAML (or JSON) text; every problem is reported with the line it comes from.
+
+    Files a scenario names (a paraphrase mapping) are found relative to `base_dir`.
+    """
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -132,7 +135,7 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     if duplicates := list(_duplicate_keys(root, source)):
         raise ScenarioError(duplicates)
     try:
-        return Scenario.model_validate(data)
+        return Scenario.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
         raise ScenarioError([_describe(error, root, source) for error in exc.errors()]) from None
 

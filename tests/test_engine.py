@@ -82,10 +82,18 @@ def test_decisions_do_not_depend_on_interleaving_of_sessions():
     two, _ = engine_for(rules)
     a_then_b = pattern(one, 50, session="a") + pattern(one, 50, session="b")
     interleaved = {"a": "", "b": ""}
-    for _ in range(50):
-        for session in ("b", "a"):
+    for _ in range(50):  # sessions start in the same order (a, then b), then interleave
+        for session in ("a", "b"):
             interleaved[session] += pattern(two, 1, session=session)
     assert a_then_b == interleaved["a"] + interleaved["b"]
+
+
+def test_decisions_do_not_depend_on_random_session_ids():
+    """Mcp-Session-Id values differ from run to run; sessions are told apart by order of appearance."""
+    rules = [{"name": "r", "fault": ERROR, "probability": 0.5}]
+    one, _ = engine_for(rules)
+    two, _ = engine_for(rules)
+    assert pattern(one, 50, session="3f2a-run-one") == pattern(two, 50, session="91cc-run-two")
 
 
 def test_window_limits_firing_to_a_time_span():

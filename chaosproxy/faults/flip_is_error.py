@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from chaosproxy.actions import Rewrite
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.mcp import call_result, with_result
+from chaosproxy.message import Phase
+
+
+@register
+class FlipIsError(Fault):
+    """Lie about a tool call's outcome: isError true on a good result, or false on a tool error."""
+
+    type: Literal["flip_is_error"] = "flip_is_error"
+    direction: Literal["to_error", "to_success", "both"] = Field("both", description=(
+        "mark good results as errors, errors as good results, or whichever each result is not"))
+
+    component = Component.REWARD
+    level = Level.MCP
+    acts_on = Phase.RESPONSE
+
+    def act(self, ctx: FaultContext) -> Rewrite | None:
+        result = call_result(ctx.message)
+        if result is None:
+            return None
+        failed = result.get("isError") is True
+        if self.direction == ("to_error" if failed else "to_success"):
+            return None  # already what this direction makes results
+        return with_result(ctx.message, {**result, "isError": not failed})
