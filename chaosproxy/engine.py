@@ -98,6 +98,12 @@ class _CompiledRule:
         return counter
 
 
+def _same_counting(old: Rule, new: Rule) -> bool:
+    """True when a rule's counters still mean the same under its new version."""
+    ignored = {"probability", "enabled", "description"}
+    return old.model_dump(exclude=ignored) == new.model_dump(exclude=ignored)
+
+
 def _header_check(name: str, is_value: Callable[[str], bool]) -> Callable[[Message], bool]:
     def check(msg: Message) -> bool:
         value = (msg.request or msg).headers.get(name)
@@ -114,21 +120,33 @@ class Engine:
         self.started = time.monotonic()
         self.load(scenario)
 
-    def load(self, scenario: Scenario) -> None:
-        """Put a scenario in force (atomically: a message is decided under one scenario or the other)."""
+    def load(self, scenario: Scenario, *, keep_state: bool = True) -> None:
+        """Put a scenario in force (atomically: a message is decided under one scenario or the other).
+
+        A swap mid-run keeps what the agent has seen: session state (tool routes, call counts) and
+        the counters of every rule that is unchanged apart from probability or enabled, so a
+        `first: 3` rule does not start over because another rule was patched.
+        """
+        previous = {rule.rule.name: rule for rule in getattr(self, "_compiled", [])} if keep_state else {}
         compiled = [_CompiledRule(rule) for rule in scenario.rules]
+        for rule in compiled:
+            old = previous.get(rule.rule.name)
+            if old is not None and _same_counting(old.rule, rule.rule):
+                rule.counters = old.counters
         by_kind: dict[tuple[Phase, bool], list[_CompiledRule]] = {
             (phase, on_messages): [] for phase in Phase for on_messages in (False, True)}
         for rule in compiled:
             by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
         self.scenario = scenario
+        self._compiled = compiled
         self._by_kind = by_kind
         # Faults that show the agent made-up tools need to see its tools/call requests to route them.
         self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
-        self.sessions: dict[str, SessionState] = {}
-        self._ordinals: dict[str, int] = {}
+        if not keep_state or not hasattr(self, "sessions"):
+            self.sessions: dict[str, SessionState] = {}
+            self._ordinals: dict[str, int] = {}
 
     def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
         """False when no rule can act here: adapters then skip building messages at all."""
@@ -255,7 +273,7 @@ class Engine:
 
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""
-        self.load(self.scenario)
+        self.load(self.scenario, keep_state=False)
 
 
 def _payload(action: Action) -> bytes | None:

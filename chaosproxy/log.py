@@ -46,13 +46,16 @@ class PerturbationLog:
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._logger = structlog.wrap_logger(
             structlog.BytesLogger(stream),
-            processors=[self._notify, _event_first, structlog.processors.JSONRenderer(serializer=orjson.dumps)],
+            processors=[_event_first, self._notify, structlog.processors.JSONRenderer(serializer=orjson.dumps)],
             context_class=dict,
         ).bind(run_id=run_id, seed=seed)
 
     def _notify(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
         for listener in self._listeners:
-            listener(event)
+            try:
+                listener(event)
+            except Exception:  # a broken listener must not break the traffic that is being logged
+                ops.exception("log listener %r failed", listener)
         return event
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
@@ -71,6 +74,10 @@ class PerturbationLog:
 
     def error(self, **fields: Any) -> None:
         self._logger.info("error", **fields)
+
+    def control(self, **fields: Any) -> None:
+        """A change made at runtime (scenario swap, rule patch, reset, reload), so the log tells all."""
+        self._logger.info("control", **fields)
 
     def run(self, **fields: Any) -> None:
         """The first line of a run: what was loaded, with which seed."""

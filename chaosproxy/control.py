@@ -1,0 +1,355 @@
+"""The control API: change a running proxy's scenario, watch its log live, scrape its metrics.
+
+Toxiproxy-style, so chaos drills can be scripted:
+
+  GET /scenario         the scenario in force (JSON, defaults left out; PUT takes it back)
+  PUT /scenario         replace it (YAML or JSON body); an invalid one is refused with FILE:LINE reasons
+  PATCH /rules/{name}   {"enabled": bool, "probability": float}
+  POST /reset           forget counters and session state
+  GET /events           the perturbation log as it is written, one JSON object a line (?event=fault)
+  GET /metrics          Prometheus text
+  GET /healthz, GET /version
+
+It must run on the event loop that serves the proxy: a scenario swap then never lands in the middle
+of a decision, and log listeners run on the loop that owns the event queues.
+
+Safe by default: loopback unless told otherwise, a bearer token on any other address (and whenever
+one is given), and no browsers: a browser User-Agent, a cross-site Origin or (on loopback) a Host
+that is not a loopback name is refused, which stops CSRF and DNS rebinding from a web page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from yarl import URL
+
+from chaosproxy import __version__
+from chaosproxy.client import TOKEN_ENV
+from chaosproxy.engine import Engine
+from chaosproxy.log import ops
+from chaosproxy.metrics import LogMetrics
+from chaosproxy.scenario import Scenario, ScenarioError, parse_scenario
+
+EVENT_QUEUE_SIZE = 1000
+OPEN_PATHS = frozenset({"/healthz"})  # no token needed: liveness probes rarely carry one
+
+
+class ControlConfigError(ValueError):
+    """The control API cannot start as configured."""
+
+
+class RulePatch(BaseModel):
+    """What PATCH /rules/{name} may change. Strict: "false" is not a boolean."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    enabled: bool | None = None
+    probability: float | None = Field(None, ge=0, le=1)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and addresses in 127.0.0.0/8 or ::1; an empty host means every interface."""
+    host = host.strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def scenario_json(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as a person would write it (defaults left out), in a form PUT /scenario takes back."""
+    data = scenario.model_dump(mode="json", exclude_defaults=True)
+    data["rules"] = data.get("rules", [])
+    for rule, dumped in zip(scenario.rules, data["rules"], strict=True):
+        dumped["fault"] = {"type": rule.fault.type, **dumped.get("fault", {})}  # the tag equals its default
+    return data
+
+
+class ControlServer:
+    """The control API over one engine, on a listener of its own."""
+
+    def __init__(self, engine: Engine, *, token: str | None = None, base_dir: Path | None = None,
+                 event_queue: int = EVENT_QUEUE_SIZE) -> None:
+        """`base_dir`: where files a PUT scenario names are found (default: the working directory)."""
+        self.engine = engine
+        self.token = token or None
+        self.base_dir = base_dir
+        self.event_queue = event_queue
+        self.metrics = LogMetrics()
+        self._dropped = Counter("chaosproxy_control_events_dropped",
+                                "Events not sent to a slow /events client", registry=self.metrics.registry)
+        self._subscribers = Gauge("chaosproxy_control_event_subscribers", "Clients reading /events",
+                                  registry=self.metrics.registry)
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._loopback = True
+        self._stopping = False
+        self._runner: web.AppRunner | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen; returns the bound port. Raises ControlConfigError before binding if a token is missing."""
+        self._loopback = is_loopback(host)
+        if not self._loopback and self.token is None:
+            raise ControlConfigError(f"the control API on {host or 'every interface'} is not on loopback, "
+                                     f"so it needs a token: pass --control-token or set {TOKEN_ENV}")
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_get("/scenario", self._get_scenario)
+        app.router.add_put("/scenario", self._put_scenario)
+        app.router.add_patch("/rules/{name}", self._patch_rule)
+        app.router.add_post("/reset", self._reset)
+        app.router.add_get("/events", self._events)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/version", self._version)
+        self._unsubscribe = self.engine.log.subscribe(_never_raising(self.metrics.observe))
+        self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=1)
+        try:
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, host, port, reuse_address=True)
+            await site.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for stream in list(self._streams):  # end open /events streams, or shutdown waits on them
+            stream.cancel()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _guard(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if "Mozilla/" in request.headers.get("User-Agent", ""):
+            return _error(403, "the control API does not serve browsers")
+        host = request.headers.get("Host")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin != f"http://{host}":
+            return _error(403, f"cross-site request from Origin {origin!r} refused")
+        if self._loopback and host is not None and not is_loopback(_hostname(host)):
+            return _error(403, f"Host {host!r} is not a loopback name (a DNS rebinding attempt?)")
+        if self.token is not None and request.path not in OPEN_PATHS and not self._authorized(request):
+            return _error(401, "a bearer token is required (Authorization: Bearer TOKEN)",
+                          headers={"WWW-Authenticate": 'Bearer realm="chaosproxy"'})
+        return await handler(request)
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        assert self.token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    async def _get_scenario(self, _: web.Request) -> web.Response:
+        return _json(scenario_json(self.engine.scenario))
+
+    async def _put_scenario(self, request: web.Request) -> web.Response:
+        try:
+            text = (await request.read()).decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(400, "the scenario is not UTF-8 text")
+        try:
+            scenario = parse_scenario(text, request.query.get("source", "request"), self.base_dir)
+        except ScenarioError as exc:
+            return _error(400, "invalid scenario; the one in force stays", problems=exc.problems)
+        if scenario.routes and scenario.routes != self.engine.scenario.routes:
+            return _error(400, "routes are fixed when the proxy starts; the scenario in force stays",
+                          routes=self.engine.scenario.routes)
+        self.engine.load(scenario)
+        self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
+        ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
+        if scenario.seed is not None and scenario.seed != self.engine.seed:
+            ops.warning("control: the new scenario's seed %d is not used; the run keeps seed %d",
+                        scenario.seed, self.engine.seed)
+        return _json(scenario_json(scenario))
+
+    async def _patch_rule(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            patch = RulePatch.model_validate_json(await request.read())
+        except ValidationError as exc:
+            problems = [f"{name}.{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()]
+            return _error(400, "invalid rule change", problems=problems)
+        changes = patch.model_dump(exclude_none=True)
+        if not changes:
+            return _error(400, "nothing to change: give enabled and/or probability")
+        # No await from here on: read, change and swap in one step, so concurrent PATCHes never lose one.
+        scenario = self.engine.scenario
+        rules = list(scenario.rules)
+        index = next((i for i, rule in enumerate(rules) if rule.name == name), None)
+        if index is None:
+            return _error(404, f"no rule named {name!r}", rules=[rule.name for rule in rules])
+        rules[index] = rules[index].model_copy(update=changes)
+        self.engine.load(scenario.model_copy(update={"rules": rules}))
+        self.engine.log.control(change="rule", rule=name, **changes)
+        ops.info("control: rule %r changed: %s", name, changes)
+        return _json(scenario_json(self.engine.scenario)["rules"][index])
+
+    async def _reset(self, _: web.Request) -> web.Response:
+        self.engine.reset()
+        self.engine.log.control(change="reset")
+        ops.info("control: counters and session state reset")
+        return web.Response(status=204)
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        kinds = frozenset(request.query.getall("event", ()))
+        subscriber = _Subscriber(self.event_queue, kinds, self._dropped)
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson",
+                                               "Cache-Control": "no-cache"})
+        # Subscribed before the headers go out: a client that has them sees every later line.
+        unsubscribe = self.engine.log.subscribe(_never_raising(subscriber.put))
+        task = asyncio.current_task()
+        assert task is not None
+        self._streams.add(task)
+        self._subscribers.inc()
+        try:
+            await response.prepare(request)
+            while True:
+                await response.write(await subscriber.next_lines())
+        except ConnectionError:
+            pass  # the client went away
+        except asyncio.CancelledError:
+            if not self._stopping:  # the client went away (aiohttp cancels the handler)
+                raise
+        finally:
+            unsubscribe()
+            self._subscribers.dec()
+            self._streams.discard(task)
+        return response  # the server is stopping: end the stream cleanly
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    async def _version(self, _: web.Request) -> web.Response:
+        return _json({"version": __version__, "run_id": self.engine.log.run_id, "seed": self.engine.seed})
+
+
+class _Subscriber:
+    """One /events client: a bounded queue that the log fills without ever waiting.
+
+    A slow client loses lines (counted, and told with a `dropped` line) rather than slowing the proxy.
+    """
+
+    def __init__(self, size: int, kinds: frozenset[str], dropped: Counter) -> None:
+        self.queue: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue(size)
+        self.kinds = kinds
+        self.dropped = 0
+        self._reported = 0
+        self._dropped_total = dropped
+
+    def put(self, fields: dict[str, Any]) -> None:
+        """The log listener. Copies the fields: the log reuses its dict once listeners return."""
+        if self.kinds and fields.get("event") not in self.kinds:
+            return
+        try:
+            self.queue.put_nowait((time.time(), dict(fields)))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            self._dropped_total.inc()
+
+    async def next_lines(self) -> bytes:
+        """Every line queued so far (waiting for one), as NDJSON, then news of any dropped since.
+
+        Lines are dropped only while the queue is full, so after every line still in it.
+        """
+        items = [await self.queue.get()]
+        while not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        lines = []
+        for ts, fields in items:
+            stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
+            lines.append(_line({"ts": stamp, "event": fields.pop("event", None), **fields}))
+        if self.dropped > self._reported:
+            lines.append(_line({"event": "dropped", "count": self.dropped - self._reported}))
+            self._reported = self.dropped
+        return b"".join(lines)
+
+
+async def start_control(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                        *, base_dir: Path | None = None) -> tuple[ControlServer, int]:
+    """Start a control API; returns it (call `stop()`) and its bound port."""
+    server = ControlServer(engine, token=token, base_dir=base_dir)
+    return server, await server.start(host, port)
+
+
+@contextlib.asynccontextmanager
+async def serve_control(engine: Engine, address: tuple[str, int] | None, token: str | None = None, *,
+                        base_dir: Path | None = None) -> AsyncIterator[ControlServer | None]:
+    """The CLI's `--control HOST:PORT` (None: no control API) and `--control-token`.
+
+    The token falls back to $CHAOSPROXY_CONTROL_TOKEN; `base_dir` is where files named by a PUT
+    scenario are found (give the startup scenario's folder). Raises ControlConfigError, with a message for
+    the user, when a non-loopback address has no token or the address cannot be bound.
+    """
+    if address is None:
+        yield None
+        return
+    host, port = address
+    try:
+        server, bound = await start_control(engine, host, port, token or os.environ.get(TOKEN_ENV),
+                                            base_dir=base_dir)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise ControlConfigError(f"cannot listen on {host}:{port} for the control API: {reason}") from exc
+    ops.info("control API on %s port %d%s", host, bound, " (bearer token required)" if server.token else "")
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def _hostname(host_header: str) -> str:
+    try:
+        return URL(f"http://{host_header}").host or ""
+    except ValueError:
+        return ""
+
+
+def _line(fields: dict[str, Any]) -> bytes:
+    return orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(data), content_type="application/json")
+
+
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None,
+           **details: Any) -> web.Response:
+    response = _json({"error": message, **details}, status)
+    response.headers.update(headers or {})
+    return response
+
+
+def _never_raising(listener: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """Log listeners run inside the proxy's log call: a bug in one must not break the agent's traffic."""
+    def guarded(fields: dict[str, Any]) -> None:
+        try:
+            listener(fields)
+        except Exception:  # noqa: BLE001  # fail open, as the engine does
+            ops.exception("control: a log listener failed")
+    return guarded
