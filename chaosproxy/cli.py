@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from chaosproxy import __version__
 from chaosproxy.faults import REGISTRY
 from chaosproxy.log import ops, setup_operational_log
-from chaosproxy.scenario import Scenario, ScenarioError, load_scenario
+from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario
 
 EXIT_INVALID = 2
 
@@ -36,11 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug-level operational log")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults")
-    run.add_argument("--upstream", required=True, type=_upstream_url, help="the real tool server's base URL")
-    run.add_argument("--listen", default=("127.0.0.1", 8800), type=_listen_address, metavar="HOST:PORT",
-                     help="where the agent connects (default 127.0.0.1:8800)")
+    run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults",
+                         epilog="Every option also reads CHAOSPROXY_<OPTION> from the environment "
+                                "(CHAOSPROXY_UPSTREAM, CHAOSPROXY_ROUTES=PREFIX=URL,..., ...).")
+    run.add_argument("--upstream", default=_env("UPSTREAM"), type=_upstream_url,
+                     help="the real tool server's base URL (all paths not under a --route)")
+    run.add_argument("--route", action="append", type=_route, metavar="PREFIX=URL", dest="routes",
+                     default=[_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()],
+                     help="send paths under PREFIX to URL, the prefix taken off (repeatable)")
+    run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
+                     metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
     _add_run_options(run)
+
+    stdio = sub.add_parser(
+        "stdio", help="run an MCP server command and relay its stdio, injecting faults",
+        usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] -- COMMAND [ARGS...]")
+    _add_run_options(stdio)
+    stdio.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                       help="the MCP server command, exactly as the agent's MCP config gives it")
 
     validate = sub.add_parser("validate", help="check scenario files (exit 0 valid, 2 invalid)")
     validate.add_argument("files", nargs="+", metavar="FILE")
@@ -52,10 +66,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"CHAOSPROXY_{name}") or default
+
+
+def _route(value: str) -> tuple[str, str]:
+    prefix, sep, url = value.partition("=")
+    try:
+        if not sep:
+            raise ValueError(f"expected PREFIX=URL, got {value!r}")
+        check_route(prefix.strip(), url.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return prefix.strip(), url.strip()
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", type=Path, help="scenario YAML (default: no faults)")
-    parser.add_argument("--seed", type=int, help="root seed (default: the scenario's, else random)")
-    parser.add_argument("--log", type=Path, help="perturbation log, JSON lines (default: stderr)")
+    parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), help="scenario YAML (default: no faults)")
+    parser.add_argument("--seed", type=int, default=_env("SEED"),
+                        help="root seed (default: the scenario's, else random)")
+    parser.add_argument("--log", type=Path, default=_env("LOG"),
+                        help="perturbation log, JSON lines (default: stderr)")
+    parser.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
+                        help="serve the control API here (scenario swaps, live events, metrics); off by default")
+    parser.add_argument("--control-token", metavar="TOKEN",
+                        help="bearer token the control API requires; needed off loopback "
+                             "(default: $CHAOSPROXY_CONTROL_TOKEN)")
+    parser.add_argument("--watch", action="store_true",
+                        help="reload the scenario file when it changes (SIGHUP always reloads it)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     match args.command:
         case "run":
             return _run(args)
+        case "stdio":
+            return _stdio(args)
         case "validate":
             return _validate(args.files)
         case "faults":
@@ -80,29 +120,85 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.http import HttpProxy
+    from chaosproxy.control import ControlConfigError, serve_control
+    from chaosproxy.reload import reloading
     from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
 
     host, port = args.listen
     try:
-        with open_engine(args.scenario, seed=args.seed, log_path=args.log) as engine:
+        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+        routes = _routes(scenario.routes, args.routes, args.upstream)
+        with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
             async def serve() -> None:
-                proxy = HttpProxy(engine, args.upstream)
-                bound = await proxy.start(host, port)
-                ops.info("listening on http://%s:%d -> %s (seed %d, %d rules)", host, bound, args.upstream,
-                         engine.seed, len(engine.scenario.rules))
-                try:
-                    await wait_for_stop_signal()
-                finally:
-                    ops.info("stopping")
-                    await proxy.stop()
+                base_dir = args.scenario.parent if args.scenario else None
+                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
+                        reloading(engine, args.scenario, watch=args.watch):
+                    proxy = HttpProxy(engine, routes)
+                    bound = await proxy.start(host, port)
+                    ops.info("listening on http://%s:%d -> %s (seed %d, %d rules)", host, bound,
+                             ", ".join(f"{prefix} {url}" for prefix, url in routes.items()), engine.seed,
+                             len(engine.scenario.rules))
+                    try:
+                        await wait_for_stop_signal()
+                    finally:
+                        ops.info("stopping")
+                        await proxy.stop()
             run_async(serve())
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
+    except (ScenarioError, ControlConfigError, ValueError) as exc:
+        print(f"chaosproxy: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
         print(f"chaosproxy: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream: str | None) -> dict[str, str]:
+    """All routes, from the scenario, --route flags and --upstream (as /); a prefix given twice is an error."""
+    routes = dict(in_scenario)
+    for prefix, url in [*flags, *([("/", upstream)] if upstream else [])]:
+        if prefix in routes:
+            raise ValueError(f"two routes for the prefix {prefix}: {routes[prefix]} and {url}")
+        routes[prefix] = url
+    if not routes:
+        raise ValueError("nowhere to forward to: give --upstream URL or --route PREFIX=URL "
+                         "(or routes: in the scenario)")
+    return routes
+
+
+def _stdio(args: argparse.Namespace) -> int:
+    from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
+    from chaosproxy.control import ControlConfigError, serve_control
+    from chaosproxy.reload import reloading
+    from chaosproxy.runtime import open_engine, run_async
+
+    command = args.server[1:] if args.server[:1] == ["--"] else args.server
+    if not command:
+        print("chaosproxy stdio: give the server command after --, e.g.\n"
+              "  chaosproxy stdio -- npx -y @modelcontextprotocol/server-everything", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        with open_engine(args.scenario, seed=args.seed, log_path=args.log) as engine:
+            agent_in, agent_out = claim_stdio()
+
+            async def relay() -> int:
+                base_dir = args.scenario.parent if args.scenario else None
+                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
+                        reloading(engine, args.scenario, watch=args.watch):
+                    server = spawn(command)  # inside: a refused control setting leaves no child behind
+                    ops.info("stdio: relaying to %s (pid %d, seed %d, %d rules)", command[0], server.pid,
+                             engine.seed, len(engine.scenario.rules))
+                    return await StdioRelay(engine, server).run(agent_in, agent_out)
+            return run_async(relay())
+    except (ScenarioError, ControlConfigError) as exc:
+        print(f"chaosproxy: {exc}" if isinstance(exc, ControlConfigError) else exc, file=sys.stderr)
+        return EXIT_INVALID
+    except SpawnError as exc:
+        print(exc, file=sys.stderr)
+        return exc.status
+    except OSError as exc:
+        print(f"chaosproxy stdio: {exc}", file=sys.stderr)
+        return 1
 
 
 def _validate(files: list[str]) -> int:

@@ -7,9 +7,9 @@ import contextlib
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from chaosproxy import __version__
 from chaosproxy.engine import Engine, draw_seed
@@ -50,11 +50,10 @@ async def wait_for_stop_signal() -> None:
             loop.remove_signal_handler(sig)
 
 
-def run_async(main) -> None:  # type: ignore[no-untyped-def]
+def run_async[T](main: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (a third less CPU per request), else asyncio."""
     try:
         import uvloop
     except ImportError:
-        asyncio.run(main)
-    else:
-        uvloop.run(main)
+        return asyncio.run(main)
+    return uvloop.run(main)
