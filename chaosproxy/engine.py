@@ -220,6 +220,7 @@ class Engine:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             return None
+        rule.fault.observe(msg, self.session(msg.session))
         counter = compiled.counter(msg.session)
         counter.matched += 1
         index = counter.matched

@@ -143,7 +143,7 @@ async def test_schema_drift_violating_the_output_schema_is_caught_by_the_client(
 
 
 async def test_schema_drift_retype_is_reproducible(make_proxy, mcp_http):
-    drift = once({"type": "schema_drift", "mode": "retype", "count": 2}, tool="search")
+    drift = once({"type": "schema_drift", "mode": "retype", "count": 2, "where": "text"}, tool="search")
 
     async def drifted(seed: int) -> str:
         proxy = make_proxy(drift, to=mcp_http, seed=seed)

@@ -207,7 +207,7 @@ class HttpProxy:
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
             if read_whole:
-                payload = relay.relay_message(payload, msg)
+                payload = relay.relay_message(payload, msg, headers=upstream.headers)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
 
@@ -216,7 +216,7 @@ class HttpProxy:
         if is_stream and (per_message or request.method == "GET"):
             chunks = relay.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
         elif read_whole:
-            payload = relay.relay_message(await upstream.read(), msg)
+            payload = relay.relay_message(await upstream.read(), msg, headers=upstream.headers)
             chunks, length = _once(payload), len(payload)
         if length is not None and request.method != "HEAD":
             response.content_length = length

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -55,7 +55,8 @@ class JsonRpcRelay:
             return Respond(202, b"Accepted", {"Content-Type": "text/plain; charset=utf-8"})
         return Respond(200, body, {"Content-Type": "application/json"})
 
-    def relay_message(self, payload: bytes, request: Message, session: str | None = None) -> bytes:
+    def relay_message(self, payload: bytes, request: Message, session: str | None = None,
+                      headers: Mapping[str, str] | None = None) -> bytes:
         """Decide on one JSON-RPC message from upstream; returns the bytes to send in its place.
 
         `request` is the HTTP request whose response carries the message; `session` overrides its
@@ -65,7 +66,7 @@ class JsonRpcRelay:
             return payload
         session = session or request.session
         msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
-                      path=request.path, body=payload, route=request.route)
+                      path=request.path, headers=headers, body=payload, route=request.route)
         rpc = msg.rpc
         if rpc is not None and "method" not in rpc and "id" in rpc:
             correlated = self._pending.pop((session, _key(rpc["id"])), None)

@@ -80,6 +80,10 @@ class Fault(BaseModel):
         """
         return self.level not in (Level.TRANSPORT, Level.HTTP)
 
+    def observe(self, msg: Message, session: SessionState) -> None:
+        """Called on every message the rule matches, before its gates: for faults that need history
+        (a stale replay needs earlier results even from calls the gates let through)."""
+
     def act(self, ctx: FaultContext) -> Action | Skip | None:
         raise NotImplementedError
 

@@ -1,0 +1,184 @@
+"""What the observation faults share: which parts of a tool result they perturb, and how they get there.
+
+Not a fault itself: it registers nothing. A fault says how to perturb one payload (plain text or a
+parsed JSON value, see chaosproxy.content); this base finds the payloads in an MCP tool result
+(text items of `content`, `structuredContent`) or in a plain HTTP body, and puts the results back.
+"""
+
+from __future__ import annotations
+
+import codecs
+import random
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field
+
+from chaosproxy import content
+from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level
+from chaosproxy.mcp import call_result, with_result
+from chaosproxy.message import Message, Phase
+
+
+def _valid_path(path: str) -> str:
+    content.compile_path(path)
+    return path
+
+
+JSONPathQuery = Annotated[str, AfterValidator(_valid_path)]
+
+
+class ContentFault(Fault):
+    """Base of the faults that perturb what a tool returns, value by value, never breaking its JSON.
+
+    A text item that holds a JSON object or array is perturbed as JSON; other text as text. When a
+    text item restates `structuredContent` (as servers send it: its JSON form, or the text that
+    `{"result": text}` wraps), it follows the perturbed structuredContent, so both still agree.
+    Images, audio and other binary content pass untouched.
+    """
+
+    where: Literal["text", "structured", "both"] = Field(
+        "both", description="perturb the text items of `content`, `structuredContent`, or both")
+    items: list[int] | None = Field(
+        None, description="indices of the `content` items to perturb (negative: from the end); unset: all")
+    paths: list[JSONPathQuery] = Field(default_factory=list, description=(
+        "JSONPath queries (RFC 9535) selecting the JSON values to perturb, e.g. $.items[*].name; "
+        "unset: every value. Plain text has no paths: with paths, only JSON is perturbed"))
+    probability: float = Field(1.0, ge=0, le=1, description="chance that each targeted value is perturbed")
+
+    component = Component.OBSERVATION
+    level = Level.CONTENT
+    acts_on = Phase.RESPONSE
+    # True for faults that treat JSON text as text when no paths are given (a cut mid-document).
+    text_first: ClassVar[bool] = False
+
+    def perturb(self, value: Any, rng: random.Random) -> Any:
+        """`value` (plain text, or a parsed JSON value) perturbed; the same object when unchanged."""
+        raise NotImplementedError
+
+    def act(self, ctx: FaultContext) -> Rewrite | Garble | Skip | None:
+        msg = ctx.message
+        if msg.rpc is not None:
+            result = call_result(msg)
+            if result is None:
+                return None
+            changed = self.perturb_result(result, ctx.rng)
+            return with_result(msg, changed) if isinstance(changed, dict) else changed
+        text = body_text(msg)
+        if not isinstance(text, str):
+            return text
+        changed_text = self.perturb_text(text, ctx.rng)
+        return Garble(changed_text.encode(_charset(msg), "replace")) if changed_text != text else None
+
+    def perturb_result(self, result: dict[str, Any], rng: random.Random) -> dict[str, Any] | Skip | None:
+        """The tools/call result with its targeted parts perturbed; None when nothing changed, Skip
+        when there was nothing it could change."""
+        items = result.get("content") if isinstance(result.get("content"), list) else []
+        structured = result.get("structuredContent")
+        wanted = self._wanted(items)
+        targeted = structured is not None and self.where != "text"
+        if not wanted and not targeted:
+            if self.where == "structured":
+                return Skip("the result has no structuredContent")
+            kinds = sorted({str(item.get("type")) for item in items if isinstance(item, dict)})
+            return Skip(f"no text or JSON to perturb: the result holds {', '.join(kinds) or 'nothing'}")
+        changed: dict[str, Any] = {}
+        wrapped = _wrapped(structured) if targeted else None
+        if wrapped is not None:
+            new_structured = {**structured, "result": self.perturb_text(wrapped, rng)}
+        else:
+            new_structured = self.perturb(structured, rng) if targeted else structured
+        if not _same(new_structured, structured):
+            changed["structuredContent"] = new_structured
+        new_items = list(items)
+        for i in wanted:
+            text = items[i]["text"]
+            new_text = self._mirrored(text, structured, new_structured) if targeted else None
+            if new_text is None:
+                new_text = self.perturb_text(text, rng)
+            if new_text != text:
+                new_items[i] = {**items[i], "text": new_text}
+        if new_items != items:
+            changed["content"] = new_items
+        return {**result, **changed} if changed else None
+
+    def perturb_text(self, text: str, rng: random.Random) -> str:
+        """A text item or body perturbed: as JSON when it holds JSON, else as text."""
+        parsed = None if self._as_text(text) else content.as_json(text)
+        if parsed is None:
+            return self.perturb(text, rng)
+        new = self.perturb(parsed, rng)
+        return text if _same(new, parsed) else content.render_like(new, text)
+
+    def _mirrored(self, text: str, structured: Any, new_structured: Any) -> str | None:
+        """The new text of an item that restates structuredContent (it follows it), else None."""
+        if text == _wrapped(structured):
+            return new_structured["result"]
+        if not self._as_text(text) and content.as_json(text) == structured:
+            return text if _same(new_structured, structured) else content.render_like(new_structured, text)
+        return None
+
+    def _as_text(self, text: str) -> bool:
+        return self.text_first and not self.paths
+
+    def _wanted(self, items: list[Any]) -> list[int]:
+        """Indices of the text items to perturb, in order."""
+        if self.where == "structured":
+            return []
+        chosen = range(len(items)) if self.items is None else sorted(
+            {i % len(items) for i in self.items if -len(items) <= i < len(items)})
+        return [i for i in chosen if isinstance(items[i], dict) and items[i].get("type") == "text"
+                and isinstance(items[i].get("text"), str)]
+
+
+def _wrapped(structured: Any) -> str | None:
+    """The text of a result the SDKs wrap as {"result": value} when a tool returns plain text."""
+    if isinstance(structured, dict) and list(structured) == ["result"]:
+        wrapped = structured["result"]
+        return wrapped if isinstance(wrapped, str) else None
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or a == b
+
+
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript",
+               "application/x-ndjson", "application/yaml", "application/x-www-form-urlencoded")
+
+
+def body_text(msg: Message) -> str | Skip | None:
+    """The body of a plain (not JSON-RPC) HTTP response as text; Skip when it is not text, None
+    when there is no response body."""
+    if msg.phase is not Phase.RESPONSE or not msg.body:
+        return None
+    encoding = _header(msg.headers, "content-encoding")
+    if encoding not in (None, "", "identity"):
+        return Skip(f"body is {encoding}-encoded")
+    kind = (_header(msg.headers, "content-type") or "").split(";")[0].strip().lower()
+    if kind and not (kind.startswith(_TEXT_TYPES) or kind.endswith(("+json", "+xml"))):
+        return Skip(f"body is {kind}, not text or JSON")
+    try:
+        return msg.body.decode(_charset(msg))
+    except UnicodeDecodeError:
+        return Skip(f"body is not {_charset(msg)} text")
+
+
+def _charset(msg: Message) -> str:
+    kind = _header(msg.headers, "content-type") or ""
+    for param in kind.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                return codecs.lookup(value.strip().strip('"')).name
+            except LookupError:
+                break
+    return "utf-8"
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
+    return value

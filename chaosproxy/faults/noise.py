@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import Field
+
+from chaosproxy import content
+from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults.base import register
+
+
+@register
+class Noise(ContentFault):
+    """Text that looks right but is not: homoglyphs, zero-width characters, whitespace, mojibake."""
+
+    type: Literal["noise"] = "noise"
+    kind: content.NoiseKind = Field("homoglyphs", description=(
+        "homoglyphs (look-alike letters), zero_width (invisible characters), whitespace (odd spacing), "
+        "mojibake (UTF-8 read as Latin-1: café -> cafÃ©)"))
+    rate: float | None = Field(None, ge=0, le=1, description=(
+        "chance that each character is hit; unset: 1 for mojibake (a whole text is misread), else 0.05"))
+
+    def perturb(self, value: Any, rng: random.Random) -> Any:
+        rate = self.rate if self.rate is not None else 1.0 if self.kind == "mojibake" else 0.05
+        return content.edit_strings(value, lambda text: content.noise(text, self.kind, rate, rng), rng,
+                                    paths=self.paths, probability=self.probability)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import Field
+
+from chaosproxy import content
+from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults.base import register
+
+
+@register
+class Typos(ContentFault):
+    """Keyboard-neighbour typos in result text: wrong key, dropped, doubled or swapped letters."""
+
+    type: Literal["typos"] = "typos"
+    rate: float = Field(0.05, ge=0, le=1, description="chance that each letter gets a typo")
+    layout: content.Layout = Field("qwerty", description="keyboard whose neighbouring keys are hit")
+
+    def perturb(self, value: Any, rng: random.Random) -> Any:
+        return content.edit_strings(value, lambda text: content.typo(text, self.rate, self.layout, rng), rng,
+                                    paths=self.paths, probability=self.probability)

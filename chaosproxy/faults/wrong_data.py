@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import Field
+
+from chaosproxy import content
+from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.faults._content import ContentFault, body_text
+from chaosproxy.faults.base import FaultContext, register
+from chaosproxy.mcp import call_result, with_result
+from chaosproxy.message import Message
+from chaosproxy.session import SessionState
+
+HISTORY = 8  # earlier results kept per tool and session, for stale replays
+
+
+@register
+class WrongData(ContentFault):
+    """Plausible but wrong results: values swapped between fields, a stale earlier result, empty lists."""
+
+    type: Literal["wrong_data"] = "wrong_data"
+    mode: Literal["swap", "stale", "empty"] = Field("swap", description=(
+        "swap: values of one type traded between fields; stale: the tool's previous (different) result "
+        "replayed; empty: lists emptied, or strings where there is no list"))
+    count: int = Field(1, ge=1, description="swap: how many pairs of fields to swap")
+
+    def perturb(self, value: Any, rng: random.Random) -> Any:
+        if self.mode == "swap":
+            return content.swap(value, rng, count=self.count, paths=self.paths, probability=self.probability)
+        return content.emptied(value, rng, paths=self.paths, probability=self.probability)
+
+    def observe(self, msg: Message, session: SessionState) -> None:
+        """Remember every result of the tool (not only those the gates pass), for stale replays."""
+        current = _result_of(msg)
+        if self.mode != "stale" or isinstance(current, Skip) or current is None:
+            return
+        history = session.results.setdefault(_tool_key(msg), [])
+        if current in history:
+            history.remove(current)  # kept once, as the latest
+        history.append(current)
+        del history[:-HISTORY - 1]
+
+    def act(self, ctx: FaultContext) -> Rewrite | Garble | Skip | None:
+        msg = ctx.message
+        current = _result_of(msg)
+        if current is None or isinstance(current, Skip):
+            return current
+        if self.mode != "stale":
+            return super().act(ctx)
+        history = ctx.session.results.get(_tool_key(msg), [])
+        earlier = next((old for old in reversed(history) if old != current), None)
+        if earlier is None:
+            return Skip("no earlier result of this tool differs from this one")
+        return with_result(msg, earlier) if isinstance(earlier, dict) else Garble(earlier)
+
+
+def _result_of(msg: Message) -> Any:
+    """The tool's result (an MCP result dict or a plain body), None for tool errors, Skip for binary."""
+    if msg.rpc is not None:
+        current = call_result(msg)
+    else:
+        text = body_text(msg)
+        if not isinstance(text, str):
+            return text
+        current = msg.body
+    if isinstance(current, dict) and current.get("isError"):
+        return None  # a tool error has no data to get wrong
+    return current
+
+
+def _tool_key(msg: Message) -> str:
+    """Results are kept per MCP tool, or per HTTP method and path for plain REST tools."""
+    if msg.tool is not None:
+        return msg.tool
+    request = msg.request or msg
+    return f"{request.http_method} {(request.path or '').split('?')[0]}"
