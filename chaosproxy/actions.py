@@ -84,6 +84,13 @@ class Garble:
 
 
 @dataclass(frozen=True, slots=True)
+class Notify:
+    """Deliver `message` (a JSON-RPC notification) to the agent just before the message being decided."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Skip:
     """Not an action: the fault matched but cannot act on this payload (an image, a binary body).
 
@@ -93,7 +100,7 @@ class Skip:
     reason: str
 
 
-Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble
+Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble | Notify
 
 
 def ends_exchange(action: Action) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import io
 import random
@@ -357,3 +358,30 @@ def test_bad_parameters_are_rejected_with_line_and_reason(fault, reason):
         parse_scenario(text_, "s.yaml")
     problems = caught.value.problems
     assert any(p.startswith("s.yaml:3: ") and reason in p for p in problems), problems
+
+
+@pytest.mark.parametrize("server_flags", [(), ("--json-response",)], ids=["sse-reply", "json-reply"])
+async def test_rug_pull_announces_itself_with_list_changed(make_proxy, server_flags):
+    """remove_tool with notify: the reply to the triggering call carries notifications/tools/list_changed."""
+    changed: list[str] = []
+
+    async def on_message(message) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.append(message.method)
+
+    with serve("http", *server_flags) as url:
+        proxy = make_proxy({"rules": [{"name": "rug-pull", "fault": {
+            "type": "remove_tool", "tool": "weather", "after_calls": 2, "notify": True}}]}, to=url)
+        async with client(proxy.url + "/mcp", "legacy", message_handler=on_message) as session:
+            assert "weather" in {t.name for t in (await session.list_tools()).tools}
+            await session.call_tool("add", {"a": 1, "b": 2})
+            assert not changed
+            await session.call_tool("add", {"a": 1, "b": 2})
+            for _ in range(50):
+                if changed:
+                    break
+                await asyncio.sleep(0.02)
+            assert changed == ["notifications/tools/list_changed"]
+            assert "weather" not in {t.name for t in (await session.list_tools()).tools}
+    actions = [f["action"] for f in proxy.events("fault")]
+    assert actions.count("notify") == 1

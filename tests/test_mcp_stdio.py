@@ -293,6 +293,23 @@ async def test_rewritten_and_garbled_replies_reach_the_agent(tmp_path: Path, mod
     assert fired == {("lost-reply", "rewrite"), ("stray", "garble")}
 
 
+async def test_a_rug_pull_is_announced_with_list_changed(tmp_path: Path):
+    log = tmp_path / "log.jsonl"
+    scenario = scenario_file(tmp_path, {"name": "rug-pull", "fault": {
+        "type": "remove_tool", "tool": "weather", "after_calls": 1, "notify": True}})
+    changed: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.append(message.method)
+
+    async with Client(proxied(log, "--scenario", str(scenario)), mode="legacy", message_handler=on_message) as session:
+        await session.call_tool("add", {"a": 1, "b": 2})
+        tools = {t.name for t in (await session.list_tools()).tools}
+    assert changed == ["notifications/tools/list_changed"]
+    assert "weather" not in tools and "add" in tools
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_mcp_server_time_through_the_proxy(tmp_path: Path, mode: str):
     pytest.importorskip("mcp_server_time")

@@ -207,17 +207,17 @@ class HttpProxy:
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
             if read_whole:
-                payload = relay.relay_message(payload, msg, headers=upstream.headers)
+                payload = relay.relay_body(payload, msg, headers)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
 
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         chunks: AsyncIterator[bytes] = upstream.content.iter_any()
         if is_stream and (per_message or request.method == "GET"):
             chunks = relay.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
         elif read_whole:
-            payload = relay.relay_message(await upstream.read(), msg, headers=upstream.headers)
+            payload = relay.relay_body(await upstream.read(), msg, headers)
             chunks, length = _once(payload), len(payload)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if length is not None and request.method != "HEAD":
             response.content_length = length
         ending = "eof"

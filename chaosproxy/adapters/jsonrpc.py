@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
+from multidict import CIMultiDict
 from yarl import URL
 
 from chaosproxy import streams
-from chaosproxy.actions import Garble, Reply, Respond
+from chaosproxy.actions import Garble, Notify, Reply, Respond
 from chaosproxy.engine import Engine
+from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
 MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
@@ -56,14 +58,15 @@ class JsonRpcRelay:
         return Respond(200, body, {"Content-Type": "application/json"})
 
     def relay_message(self, payload: bytes, request: Message, session: str | None = None,
-                      headers: Mapping[str, str] | None = None) -> bytes:
-        """Decide on one JSON-RPC message from upstream; returns the bytes to send in its place.
+                      headers: Mapping[str, str] | None = None) -> list[bytes]:
+        """Decide on one JSON-RPC message (or plain body) from upstream; returns what to send in its
+        place: usually one payload, preceded by any notifications a fault sends the agent.
 
         `request` is the HTTP request whose response carries the message; `session` overrides its
         session (a legacy GET stream learns its session from the endpoint event).
         """
         if not self.watching:
-            return payload
+            return [payload]
         session = session or request.session
         msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
                       path=request.path, headers=headers, body=payload, route=request.route)
@@ -71,13 +74,28 @@ class JsonRpcRelay:
         if rpc is not None and "method" not in rpc and "id" in rpc:
             correlated = self._pending.pop((session, _key(rpc["id"])), None)
             msg.request = correlated if correlated is not None else request if request.rpc is not None else None
+        before: list[bytes] = []
         for fired in self.engine.decide(msg, wire=False):
             match fired.action:
                 case Garble(raw):
-                    return raw
+                    return [*before, raw]
                 case Reply(message):
-                    return orjson.dumps(message)
-        return msg.body or payload
+                    return [*before, orjson.dumps(message)]
+                case Notify(message):
+                    before.append(orjson.dumps(message))
+        return [*before, msg.body or payload]
+
+    def relay_body(self, payload: bytes, request: Message, headers: CIMultiDict[str]) -> bytes:
+        """A whole JSON (or plain) body through relay_message. Notifications a fault adds turn a JSON
+        reply into an SSE stream, as a streamable HTTP server may answer any POST."""
+        *before, body = self.relay_message(payload, request, headers=headers)
+        if not before:
+            return body
+        if "text/event-stream" not in request.headers.get("Accept", ""):
+            ops.warning("a notification for %s was dropped: the client accepts no event stream", request.path)
+            return body
+        headers["Content-Type"] = "text/event-stream"
+        return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in [*before, body])
 
     async def relay_events(self, chunks: AsyncIterator[bytes], request: Message) -> AsyncIterator[bytes]:
         """An SSE response, event by event; on a legacy GET stream, with the proxy's own replies mixed in."""
@@ -107,8 +125,9 @@ class JsonRpcRelay:
         data = streams.sse_data(frame)
         if data is None or not self.watching:
             return frame
-        new = self.relay_message(data, request, session)
-        return frame if new is data else streams.sse_with_data(frame, new)
+        *before, new = self.relay_message(data, request, session)
+        frame = frame if new is data else streams.sse_with_data(frame, new)
+        return b"".join(b"event: message\ndata: " + note + b"\n\n" for note in before) + frame
 
     def _endpoint(self, frame: bytes, session: str) -> tuple[bytes, str]:
         """Point the legacy `endpoint` event back through the proxy; learn the session it names."""

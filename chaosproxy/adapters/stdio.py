@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import orjson
 
-from chaosproxy.actions import Action, Delay, Drip, Garble, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.actions import Action, Delay, Drip, Garble, Hang, Notify, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.jsonrpc import MAX_PENDING, _key
 from chaosproxy.engine import Engine
 from chaosproxy.log import ops
@@ -283,6 +283,8 @@ class StdioRelay:
                     return self._finish(call, "fault_response")
                 case Garble(raw):  # the raw bytes take the line's place; its newline still ends them
                     payload = raw + newline
+                case Notify(message):
+                    await pipe.send(orjson.dumps(message) + b"\n")
                 case Drip():
                     drip = action
                 case Truncate(limit, fraction):

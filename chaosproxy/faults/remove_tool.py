@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.actions import Notify, Rewrite
 from chaosproxy.faults._tool_routes import name_of
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.message import Phase
@@ -20,6 +20,8 @@ class RemoveTool(Fault):
     tool: str = Field(description="glob of the tools to hide")
     after_calls: int = Field(0, ge=0, description="hide once the session has made this many tool calls; "
                                                   "0: from the start")
+    notify: bool = Field(False, description="send notifications/tools/list_changed with the reply to the call "
+                                            "that triggers the rug pull")
 
     component = Component.ACTION
     level = Level.MCP
@@ -27,9 +29,14 @@ class RemoveTool(Fault):
     # It leaves no routes, but the engine counts a session's tool calls only when it sees them.
     routes_calls = True
 
-    def act(self, ctx: FaultContext) -> Rewrite | None:
+    def act(self, ctx: FaultContext) -> Rewrite | Notify | None:
+        if ctx.session.tool_calls < self.after_calls:
+            return None
+        if self.notify and mcp.call_result(ctx.message) is not None and not ctx.state.get("notified"):
+            ctx.state["notified"] = True  # the tool list changed under the agent: say so, once
+            return Notify({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         tools = mcp.listed_tools(ctx.message)
-        if tools is None or ctx.session.tool_calls < self.after_calls:
+        if tools is None:
             return None
         kept = [tool for tool in tools if (name := name_of(tool)) is None
                 or not fnmatch.fnmatchcase(name, self.tool)]
