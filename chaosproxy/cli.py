@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 from chaosproxy import __version__
+from chaosproxy.drill import command as drill_command
 from chaosproxy.faults import REGISTRY
 from chaosproxy.log import ops, setup_operational_log
+from chaosproxy.report import command as report_command
 from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario
 
 EXIT_INVALID = 2
@@ -42,9 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(CHAOSPROXY_UPSTREAM, CHAOSPROXY_ROUTES=PREFIX=URL,..., ...).")
     run.add_argument("--upstream", default=_env("UPSTREAM"), type=_upstream_url,
                      help="the real tool server's base URL (all paths not under a --route)")
-    run.add_argument("--route", action="append", type=_route, metavar="PREFIX=URL", dest="routes",
-                     default=[_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()],
-                     help="send paths under PREFIX to URL, the prefix taken off (repeatable)")
+    run.add_argument("--route", action="append", type=_route, metavar="PREFIX=URL", dest="routes", default=[],
+                     help="send paths under PREFIX to URL, the prefix taken off (repeatable; "
+                          "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
     run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
                      metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
     _add_run_options(run)
@@ -56,6 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
     stdio.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                        help="the MCP server command, exactly as the agent's MCP config gives it")
 
+    mitm = sub.add_parser("mitm", help="intercept the agent's HTTPS traffic (HTTPS_PROXY) with mitmproxy, "
+                                       "injecting faults on the listed hosts")
+    mitm.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8080"), type=_listen_address,
+                      metavar="HOST:PORT", help="the agent's HTTPS_PROXY / HTTP_PROXY (default 127.0.0.1:8080)")
+    mitm.add_argument("--hosts", default=_env("HOSTS"), metavar="GLOB,...",
+                      help="hosts to intercept and fault, e.g. api.example.com,*.corp; all others are tunnelled "
+                           "untouched (default: every host)")
+    mitm.add_argument("--confdir", type=Path, default=_env("CONFDIR"), metavar="DIR",
+                      help="mitmproxy's CA directory; the agent trusts DIR/mitmproxy-ca-cert.pem "
+                           "(default ~/.mitmproxy, made on first use)")
+    mitm.add_argument("--upstream-ca", type=Path, default=_env("UPSTREAM_CA"), metavar="PEM",
+                      help="CA bundle to check the tool servers' certificates against (default: certifi's)")
+    _add_run_options(mitm)
+
     validate = sub.add_parser("validate", help="check scenario files (exit 0 valid, 2 invalid)")
     validate.add_argument("files", nargs="+", metavar="FILE")
 
@@ -63,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the scenario JSON Schema")
     demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
+
+    drill_command.add_arguments(sub.add_parser(
+        "drill", help="run an agent against the proxy over scenarios x repetitions, clean baselines included",
+        description=drill_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    report_command.add_report_arguments(sub.add_parser(
+        "report", help="robustness profile and agent behaviour from a drill's folder or a log"))
+    report_command.add_export_arguments(sub.add_parser(
+        "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
     return parser
 
 
@@ -104,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         case "stdio":
             return _stdio(args)
+        case "mitm":
+            return _mitm(args)
         case "validate":
             return _validate(args.files)
         case "faults":
@@ -115,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         case "demo":
             from chaosproxy.demo import run_demo
             return run_demo(args.log)
+        case "drill":
+            return drill_command.main(args)
+        case "report":
+            return report_command.report_main(args)
+        case "export":
+            return report_command.export_main(args)
     return EXIT_INVALID
 
 
@@ -127,7 +160,8 @@ def _run(args: argparse.Namespace) -> int:
     host, port = args.listen
     try:
         scenario = load_scenario(args.scenario) if args.scenario else Scenario()
-        routes = _routes(scenario.routes, args.routes, args.upstream)
+        from_env = [_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()] if not args.routes else []
+        routes = _routes(scenario.routes, args.routes or from_env, args.upstream)
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
             async def serve() -> None:
                 base_dir = args.scenario.parent if args.scenario else None
@@ -144,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
                         ops.info("stopping")
                         await proxy.stop()
             run_async(serve())
-    except (ScenarioError, ControlConfigError, ValueError) as exc:
+    except (ScenarioError, ControlConfigError, ValueError, argparse.ArgumentTypeError) as exc:
         print(f"chaosproxy: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
@@ -201,17 +235,79 @@ def _stdio(args: argparse.Namespace) -> int:
         return 1
 
 
+def _mitm(args: argparse.Namespace) -> int:
+    try:
+        from chaosproxy.adapters.mitm import CA_CERT, ConfdirError, HostPatterns, MitmProxy, ca_directory
+    except ImportError as exc:
+        print(f"chaosproxy mitm needs mitmproxy ({exc}): pip install 'chaosproxy[mitm]'", file=sys.stderr)
+        return 1
+    from chaosproxy.control import ControlConfigError, serve_control
+    from chaosproxy.reload import reloading
+    from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
+
+    host, port = args.listen
+    try:
+        hosts = HostPatterns.parse(args.hosts)
+        if args.upstream_ca is not None and not args.upstream_ca.is_file():
+            raise ValueError(f"--upstream-ca {args.upstream_ca}: no such file")
+        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+        confdir = ca_directory(args.confdir)
+    except (ScenarioError, ConfdirError, ValueError) as exc:
+        print(f"chaosproxy mitm: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"chaosproxy mitm: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
+        with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
+            async def serve() -> None:
+                base_dir = args.scenario.parent if args.scenario else None
+                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
+                        reloading(engine, args.scenario, watch=args.watch):
+                    proxy = MitmProxy(engine, hosts, confdir=confdir, upstream_ca=args.upstream_ca)
+                    try:
+                        bound = await proxy.start(host, port)
+                        ops.info("mitm: proxy on %s:%d intercepting %s; the agent trusts %s (seed %d, %d rules)",
+                                 host, bound, hosts, confdir / CA_CERT, engine.seed, len(engine.scenario.rules))
+                        await wait_for_stop_signal()
+                    finally:
+                        ops.info("stopping")
+                        await proxy.stop()
+            run_async(serve())
+    except (ScenarioError, ControlConfigError, ValueError, argparse.ArgumentTypeError) as exc:
+        print(f"chaosproxy: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"chaosproxy mitm: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _validate(files: list[str]) -> int:
+    """Scenarios, and drill suites (files with `!range`/`!choice` draws or a `pick:` count)."""
+    from chaosproxy.drill.suite import load_suite
+
     status = 0
     for name in files:
         try:
-            scenario = load_scenario(name)
+            if _is_suite(Path(name)):
+                suite = load_suite(name)
+                print(f"{name}: ok (suite, {len(suite.rules)} rule templates)")
+            else:
+                scenario = load_scenario(name)
+                print(f"{name}: ok ({len(scenario.rules)} rules)")
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
             status = EXIT_INVALID
-        else:
-            print(f"{name}: ok ({len(scenario.rules)} rules)")
     return status
+
+
+def _is_suite(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False  # load_scenario reports it
+    return re.search(r"!range\b|!choice\b|^pick\s*:", text, re.MULTILINE) is not None
 
 
 def faults_table() -> str:

@@ -1,0 +1,1 @@
+"""Chaos drills: an agent run against the proxy over scenarios x repetitions, clean baselines included."""

@@ -1,0 +1,113 @@
+"""Run an agent against chaosproxy over a matrix of scenarios x repetitions, clean baselines included.
+
+  chaosproxy drill --agent "python my_agent.py" --upstream http://127.0.0.1:9001/mcp \\
+      --scenario scenarios/transition/server_error.yaml --repeat 5 --jobs 4
+  chaosproxy drill --agent "python my_agent.py" --upstream http://127.0.0.1:9001/mcp \\
+      --suite scenarios/suites/transient.yaml --randomize 20 --timeout 60
+  chaosproxy drill drill.yaml                      # the same settings from a file (flags win)
+  chaosproxy drill --replay drills/drill-20260101-120000/run-17
+
+Each run gets its own proxy (or, with --stdio, a ready `chaosproxy stdio` command line) and its own
+seed. The agent finds in its environment (the drill's, less any other CHAOSPROXY_* variable):
+CHAOSPROXY_URL (the tool server's URL through the proxy), CHAOSPROXY_STDIO_COMMAND (with --stdio),
+CHAOSPROXY_RUN (the run's folder) and CHAOSPROXY_SEED. A
+run passes when the agent exits 0, or, with --judge, when the judge does (it also gets
+CHAOSPROXY_AGENT_EXIT). A run over --timeout is killed with its process group: status `timeout`.
+
+A suite (--suite) is a scenario whose values may be drawn per sample:
+  `!range [low, high]`  uniform; integers when both bounds are integers, bounds included
+  `!choice [a, b, c]`   one of the options (options may hold distributions themselves)
+and `pick: N` says how many of its rules each sample takes (default 1). Each sample's scenario and
+seed are written to its runs' folders. See scenarios/suites/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+EXIT_INVALID = 2
+EXIT_STOPPED = 130
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", type=Path, metavar="DRILL.yaml",
+                        help="drill settings (the flags' names as keys); flags given as well win")
+    parser.add_argument("--agent", help="the agent command line, e.g. 'python my_agent.py' (no shell)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--upstream", help="the tool server's URL; the agent gets it through the proxy in "
+                        "CHAOSPROXY_URL, path included (e.g. http://127.0.0.1:9001/mcp)")
+    target.add_argument("--stdio", help="an MCP server command line; the agent gets a ready "
+                        "`chaosproxy stdio` command line for it in CHAOSPROXY_STDIO_COMMAND")
+    parser.add_argument("--scenario", dest="scenarios", action="append", type=Path, metavar="FILE",
+                        help="a scenario to run (repeatable)")
+    parser.add_argument("--suite", type=Path, help="a suite to sample scenarios from (with --randomize)")
+    parser.add_argument("--randomize", type=int, metavar="N", help="sample N scenarios from the suite")
+    parser.add_argument("--repeat", type=int, metavar="N", help="runs per scenario (default 1)")
+    parser.add_argument("--baseline", type=int, metavar="N", help="clean runs (default: --repeat)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="seconds per run (default 120)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="runs at once (default 1)")
+    parser.add_argument("--judge", help="a command whose exit status decides success (default: the agent's)")
+    parser.add_argument("--seed", type=int, help="the drill's root seed (default: drawn and recorded)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="the drill's folder (default drills/drill-TIMESTAMP)")
+    parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
+                        help="run DRILL/run-N again with its scenario and seed (with --agent: another agent)")
+
+
+def main(args: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        return _replay(args) if args.replay is not None else _drill(args)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("chaosproxy drill: stopped; the runs' processes were ended, finished runs are in results.jsonl",
+              file=sys.stderr)
+        return EXIT_STOPPED
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from chaosproxy.drill.config import DrillConfig, load_config
+    from chaosproxy.drill.drill import run_drill
+    from chaosproxy.scenario import ScenarioError
+
+    try:
+        folder, results = run_drill(load_config(args.file, {key: getattr(args, key)
+                                                            for key in DrillConfig.model_fields}))
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    except FileExistsError as exc:
+        print(f"chaosproxy drill: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    print(summary(results))
+    print(f"\nruns and logs in {folder}/; the report: chaosproxy report {folder} --html report.html")
+    return 1 if any(result["status"] == "error" for result in results) else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from chaosproxy.drill.drill import replay
+
+    if not (args.replay / "run.json").is_file():
+        print(f"chaosproxy drill: {args.replay} is not a drill run's folder (no run.json)", file=sys.stderr)
+        return EXIT_INVALID
+    folder, result, original = replay(args.replay, args.agent)
+    was = original["status"] if original else "unknown"
+    print(f"{args.replay}: replayed in {folder}: {result['status']} (the original run: {was})")
+    return 1 if result["status"] == "error" else 0
+
+
+def summary(results: list[dict[str, object]]) -> str:
+    """Passed out of runs per configuration, in plan order."""
+    by_label: dict[str, collections.Counter[str]] = {}
+    for result in results:
+        by_label.setdefault(str(result["label"]), collections.Counter())[str(result["status"])] += 1
+    width = max(len(label) for label in by_label)
+    lines = []
+    for label, counts in by_label.items():
+        others = ", ".join(f"{counts[s]} {s}" for s in ("failed", "timeout", "error") if counts[s])
+        line = f"{label.ljust(width)}  {counts['passed']}/{counts.total()} passed"
+        lines.append(f"{line} ({others})" if others else line)
+    return "\n".join(lines)

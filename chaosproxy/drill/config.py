@@ -1,0 +1,83 @@
+"""What a drill runs: the agent, the tool server behind the proxy, the matrix, the limits.
+
+Given as flags, as a drill YAML (the same names, `--randomize` is `randomize:`), or both: a flag
+wins over the file. Paths are taken relative to the directory `chaosproxy drill` runs in.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from yarl import URL
+
+from chaosproxy.scenario import ScenarioError
+
+
+class DrillConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: str  # a command line, split like a shell would but run without one
+    upstream: str | None = None  # the tool server's URL; its path is kept in CHAOSPROXY_URL
+    stdio: str | None = None  # or: an MCP server command line, for stdio
+    scenarios: list[Path] = Field(default_factory=list)
+    suite: Path | None = None
+    randomize: int = Field(0, ge=0)
+    repeat: int = Field(1, ge=1)
+    baseline: int | None = Field(None, ge=1)  # clean runs; unset: as many as `repeat`
+    timeout: float = Field(120, gt=0)
+    jobs: int = Field(1, ge=1)
+    judge: str | None = None
+    seed: int | None = Field(None, ge=0)
+    out: Path | None = None
+
+    @field_validator("agent", "stdio", "judge")
+    @classmethod
+    def _command_line(cls, value: str | None) -> str | None:
+        if value is not None and not shlex.split(value):
+            raise ValueError("an empty command line")
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            url = URL(value)
+            if url.scheme not in ("http", "https") or not url.host:
+                raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.upstream is None) == (self.stdio is None):
+            raise ValueError("give exactly one of upstream (an HTTP tool server) and stdio (a command)")
+        if (self.randomize > 0) != (self.suite is not None):
+            raise ValueError("randomize and suite go together: --randomize N --suite FILE")
+        return self
+
+    @property
+    def baseline_runs(self) -> int:
+        return self.baseline if self.baseline is not None else self.repeat
+
+
+def load_config(drill_file: Path | None, overrides: dict[str, Any]) -> DrillConfig:
+    """The drill file's settings with the flags that were given (not None) on top."""
+    data: dict[str, Any] = {}
+    source = str(drill_file) if drill_file is not None else "flags"
+    if drill_file is not None:
+        try:
+            loaded = yaml.safe_load(drill_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ScenarioError([f"{drill_file}: cannot read the drill: {exc}"]) from None
+        if not isinstance(loaded, dict):
+            raise ScenarioError([f"{drill_file}: a drill file is a mapping (agent:, upstream:, ...)"])
+        data = loaded
+    data |= {key: value for key, value in overrides.items() if value not in (None, [])}
+    try:
+        return DrillConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError([f"{source}: {'.'.join(map(str, e['loc'])) or 'drill'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]) from None

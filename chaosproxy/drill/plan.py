@@ -1,0 +1,58 @@
+"""The drill matrix: clean baseline runs, each scenario file, each sampled scenario, times repetitions.
+
+Every seed comes from the drill's root seed and a label, so a drill's plan is reproducible from
+its root seed alone, and one run from its own folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from chaosproxy.drill.config import DrillConfig
+from chaosproxy.drill.suite import load_suite
+from chaosproxy.scenario import load_scenario
+
+CLEAN = "clean"
+CLEAN_SCENARIO = "# The clean baseline: no rules, the proxy passes everything through untouched.\nrules: []\n"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One run to carry out: which scenario (its text, as written to the run folder) and which seed."""
+
+    name: str  # run-17: the run's folder
+    label: str  # the configuration it repeats: clean, a scenario file's stem, sample-3
+    kind: str  # clean, scenario or sample
+    scenario_text: str
+    seed: int
+
+
+def derive_seed(root: int, label: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{root}:{label}".encode()).digest()[:4], "big")
+
+
+def plan_runs(config: DrillConfig, root_seed: int) -> list[RunSpec]:
+    """The runs of a drill, in order. Raises ScenarioError when a scenario or the suite is invalid."""
+    configurations: list[tuple[str, str, str, int]] = [(CLEAN, CLEAN, CLEAN_SCENARIO, config.baseline_runs)]
+    stems = [path.stem for path in config.scenarios]
+    for path, stem in zip(config.scenarios, stems, strict=True):
+        load_scenario(path)
+        label = stem if stems.count(stem) == 1 and stem != CLEAN else str(path)
+        configurations.append((label, "scenario", Path(path).read_text(encoding="utf-8"), config.repeat))
+    if config.suite is not None:
+        suite = load_suite(config.suite)
+        for k in range(1, config.randomize + 1):
+            seed = derive_seed(root_seed, f"sample-{k}")
+            header = f"# sample {k} of the suite {config.suite}, drawn with seed {seed}\n"
+            text = header + yaml.safe_dump(suite.sample(seed), sort_keys=False)
+            configurations.append((f"sample-{k}", "sample", text, config.repeat))
+    runs: list[RunSpec] = []
+    for label, kind, text, count in configurations:
+        for _ in range(count):
+            name = f"run-{len(runs) + 1}"
+            runs.append(RunSpec(name, label, kind, text, derive_seed(root_seed, name)))
+    return runs

@@ -1,0 +1,288 @@
+"""Carrying out drill runs: a proxy per run, the agent against it, an optional judge, all bounded in time.
+
+Every process is started in its own process group and ended by it (SIGTERM, then SIGKILL after a
+grace period), so an agent's children, and a stdio proxy it spawned, go with it. A hung agent is a
+finding (`timeout`), never a stuck drill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from yarl import URL
+
+from chaosproxy.drill.config import DrillConfig
+from chaosproxy.drill.plan import RunSpec
+from chaosproxy.report.logfile import read_events
+
+PROXY_START_S = 20.0  # how long a proxy may take to start listening
+GRACE_S = 3.0  # between SIGTERM and SIGKILL
+_LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+) ")
+RUN_FILE = "run.json"
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One line of results.jsonl.
+
+    `status` is passed, failed, timeout (the agent ran over) or error: the drill's own machinery failed
+    (the proxy did not start or died, the judge hung), and the run counts for nothing.
+    """
+
+    run: str
+    label: str
+    kind: str
+    seed: int
+    status: str = "error"
+    exit_code: int | None = None
+    judge_exit: int | None = None
+    duration_s: float = 0.0
+    faults: dict[str, int] = field(default_factory=dict)
+    components: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def success(self) -> bool | None:
+        return None if self.status == "error" else self.status == "passed"
+
+    def record(self) -> dict[str, Any]:
+        return {**asdict(self), "success": self.success}
+
+
+def _environment() -> dict[str, str]:
+    """The drill's environment without CHAOSPROXY_* variables: `chaosproxy run` and `stdio` read their
+    options from those, and a run's proxy must have only the options the drill gives it."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("CHAOSPROXY_")}
+
+
+class _RunError(Exception):
+    """The drill's machinery failed for this run (not the agent)."""
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class _Group:
+    """A process started as the leader of its own group, so it is stopped with all its children."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.ended = False
+
+    @classmethod
+    async def start(cls, argv: list[str], *, env: dict[str, str], stdout: Any, stderr: Any) -> _Group:
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=stdout, stderr=stderr, start_new_session=True)
+        except OSError as exc:
+            raise _RunError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        return cls(proc)
+
+    async def wait(self, timeout: float) -> int | None:
+        """The exit status, or None when the process is still running after `timeout` s."""
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            return None
+
+    async def end(self) -> None:
+        """SIGTERM the group; SIGKILL whatever of it is still there after the grace period."""
+        if self.ended:
+            return
+        deadline = time.monotonic() + GRACE_S
+        if _signal_group(self.proc.pid, signal.SIGTERM):
+            await self.wait(GRACE_S)
+            while _signal_group(self.proc.pid, 0) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            _signal_group(self.proc.pid, signal.SIGKILL)
+        await self.wait(GRACE_S)
+        self.ended = True
+
+    def kill(self) -> None:
+        """At once, for a drill being interrupted."""
+        if not self.ended:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.ended = True
+
+
+class Run:
+    """One run in its folder: scenario.yaml, log.jsonl, agent.stdout/.stderr, proxy.stderr, run.json."""
+
+    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig) -> None:
+        self.spec = spec
+        self.folder = folder.resolve()
+        self.config = config
+        self.groups: list[_Group] = []
+
+    async def execute(self) -> RunResult:
+        spec = self.spec
+        result = RunResult(spec.name, spec.label, spec.kind, spec.seed)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "scenario.yaml").write_text(spec.scenario_text, encoding="utf-8")
+        self._write_run_file(None)
+        started = time.monotonic()
+        try:
+            await self._carry_out(result)
+        except _RunError as exc:
+            result.status, result.error = "error", str(exc)
+        finally:
+            for group in self.groups:
+                group.kill()
+        result.duration_s = round(time.monotonic() - started, 3)
+        self._count_faults(result)
+        self._write_run_file(result)
+        return result
+
+    async def _carry_out(self, result: RunResult) -> None:
+        env = {**_environment(), "CHAOSPROXY_RUN": str(self.folder), "CHAOSPROXY_SEED": str(self.spec.seed)}
+        proxy: _Group | None = None
+        if self.config.upstream is not None:
+            proxy, url = await self._start_proxy(self.config.upstream)
+            env["CHAOSPROXY_URL"] = url
+        else:
+            assert self.config.stdio is not None
+            env["CHAOSPROXY_STDIO_COMMAND"] = shlex.join(
+                self._chaosproxy("stdio") + ["--", *shlex.split(self.config.stdio)])
+        agent = await self._start("agent", shlex.split(self.config.agent), env)
+        result.exit_code = await agent.wait(self.config.timeout)
+        await agent.end()
+        if proxy is not None:
+            if proxy.proc.returncode is not None:
+                raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
+                                f"see {self.folder / 'proxy.stderr'}")
+            await proxy.end()
+        if result.exit_code is None:
+            result.status = "timeout"
+            return
+        if self.config.judge is None:
+            result.status = "passed" if result.exit_code == 0 else "failed"
+            return
+        judge = await self._start("judge", shlex.split(self.config.judge),
+                                  {**env, "CHAOSPROXY_AGENT_EXIT": str(result.exit_code)})
+        result.judge_exit = await judge.wait(self.config.timeout)
+        await judge.end()
+        if result.judge_exit is None:
+            raise _RunError(f"the judge ran over {self.config.timeout} s")
+        result.status = "passed" if result.judge_exit == 0 else "failed"
+
+    def _chaosproxy(self, command: str) -> list[str]:
+        return [sys.executable, "-m", "chaosproxy", command, "--scenario", str(self.folder / "scenario.yaml"),
+                "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
+
+    async def _start(self, role: str, argv: list[str], env: dict[str, str]) -> _Group:
+        out, err = self.folder / f"{role}.stdout", self.folder / f"{role}.stderr"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            group = await _Group.start(argv, env=env, stdout=stdout, stderr=stderr)
+        self.groups.append(group)
+        return group
+
+    async def _start_proxy(self, upstream: str) -> tuple[_Group, str]:
+        """Start `chaosproxy run` on a port of its choosing; the URL the agent uses keeps upstream's path."""
+        target = URL(upstream)
+        argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
+        stderr_path = self.folder / "proxy.stderr"
+        with open(stderr_path, "wb") as err:
+            proxy = await _Group.start(argv, env=_environment(), stdout=subprocess.DEVNULL, stderr=err)
+        self.groups.append(proxy)
+        deadline = time.monotonic() + PROXY_START_S
+        while (found := _LISTENING.search(stderr_path.read_bytes())) is None:
+            if proxy.proc.returncode is not None or time.monotonic() > deadline:
+                tail = stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise _RunError("the proxy did not start: " + (" | ".join(tail) or "no output"))
+            await asyncio.sleep(0.05)
+        path = target.raw_path if target.raw_path != "/" else ""
+        query = f"?{target.raw_query_string}" if target.raw_query_string else ""
+        return proxy, f"http://127.0.0.1:{int(found.group(1))}{path}{query}"
+
+    def _count_faults(self, result: RunResult) -> None:
+        log = self.folder / "log.jsonl"
+        if not log.exists():
+            return
+        faults: collections.Counter[str] = collections.Counter()
+        components: collections.Counter[str] = collections.Counter()
+        for event in read_events(log):
+            if event.get("event") == "fault":
+                faults[event.get("fault", "?")] += 1
+                components[event.get("component", "?")] += 1
+        result.faults, result.components = dict(sorted(faults.items())), dict(sorted(components.items()))
+
+    def _write_run_file(self, result: RunResult | None) -> None:
+        """What a replay needs, and (once known) how the run went."""
+        spec, config = self.spec, self.config
+        data = {"run": spec.name, "label": spec.label, "kind": spec.kind, "seed": spec.seed,
+                "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
+                "upstream": config.upstream, "stdio": config.stdio,
+                "result": result.record() if result is not None else None}
+        (self.folder / RUN_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+class Progress:
+    """One line on stderr: redrawn in place on a terminal, one line per finished run otherwise."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = total
+        self.stream = stream
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.started = time.monotonic()
+        self.tty = stream.isatty()
+
+    def line(self) -> str:
+        done = sum(self.counts.values())
+        statuses = ", ".join(f"{self.counts[s]} {s}" for s in ("passed", "failed", "timeout", "error"))
+        return f"drill: {done}/{self.total} runs ({statuses}) in {time.monotonic() - self.started:.0f} s"
+
+    def update(self, result: RunResult) -> None:
+        self.counts[result.status] += 1
+        if self.tty:
+            self.stream.write("\r\x1b[K" + self.line())
+        else:
+            self.stream.write(f"{self.line()}  {result.run} {result.label}: {result.status}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
+                      progress: Progress) -> list[RunResult]:
+    """Carry out the runs, `jobs` at a time; each result goes to results.jsonl as it comes. In run order."""
+    slots = asyncio.Semaphore(jobs)
+
+    async def one(run: Run) -> RunResult:
+        async with slots:
+            result = await run.execute()
+        if results_path is not None:
+            with open(results_path, "a", encoding="utf-8") as out:
+                out.write(json.dumps(result.record()) + "\n")
+        progress.update(result)
+        return result
+
+    # SIGTERM cancels the drill like Ctrl-C does, so every run ends its process groups on the way out.
+    loop, drill = asyncio.get_running_loop(), asyncio.current_task()
+    assert drill is not None
+    loop.add_signal_handler(signal.SIGTERM, drill.cancel)
+    try:
+        return await asyncio.gather(*(one(run) for run in runs))
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        progress.close()

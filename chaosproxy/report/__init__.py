@@ -1,0 +1,1 @@
+"""Reading perturbation logs and drill results back: robustness reports and trajectory exports."""

@@ -1,0 +1,114 @@
+"""What the agent did about the faults, read from the call log.
+
+An incident starts at a tool call a fault disrupted (the agent got an error, a stand-in, a broken
+exchange or nothing instead of the real answer). Every later call of the same tool in the session
+belongs to it until one gets through undisrupted: then the agent recovered, and the time to
+recovery runs from the end of the disrupted call to the end of the good one. An incident with no
+later call of the tool means the agent gave up on it (or on the task).
+
+A call to a tool that does not exist is a call upstream or the proxy cannot serve by that name: a
+name an `unknown_tool` fault misspelt, or a made-up tool (`tool_flood`, `distractor_tool`) the agent
+chose. A name the agent invents by itself reaches upstream as an ordinary call; the log does not
+carry upstream's answer, so those are not counted.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from chaosproxy.report.logfile import Call, Session
+
+MADE_UP_TOOL_FAULTS = frozenset({"unknown_tool", "tool_flood", "distractor_tool"})
+
+
+@dataclass(slots=True)
+class Incident:
+    """One tool's trouble in a session, from the disrupted call to the first that got through."""
+
+    component: str  # of the fault that disrupted the first call
+    started: float
+    retries: int = 0
+    recovered_at: float | None = None
+
+    @property
+    def time_to_recovery_ms(self) -> float | None:
+        return None if self.recovered_at is None else (self.recovered_at - self.started) * 1000
+
+
+def incidents(session: Session) -> list[Incident]:
+    found: list[Incident] = []
+    open_incidents: dict[str, Incident] = {}
+    for call in session.tool_calls:
+        incident = open_incidents.get(call.label)
+        if incident is not None:
+            incident.retries += 1
+            if not call.disrupted:
+                incident.recovered_at = call.ts
+                del open_incidents[call.label]
+        elif call.disrupted and call.faults:
+            cause = next((fault for fault in call.faults if fault.disruptive), call.faults[0])
+            open_incidents[call.label] = Incident(cause.component, call.ts)
+            found.append(open_incidents[call.label])
+    return found
+
+
+def calls_a_made_up_tool(call: Call) -> bool:
+    return any(fault.fault in MADE_UP_TOOL_FAULTS for fault in call.faults)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """How incidents went: retried (another call of the tool), recovered (one got through), gave up."""
+
+    incidents: int
+    retried: int
+    recovered: int
+    median_time_to_recovery_ms: float | None
+    max_time_to_recovery_ms: float | None
+
+    @property
+    def gave_up(self) -> int:
+        return self.incidents - self.recovered
+
+    @classmethod
+    def of(cls, found: list[Incident]) -> Recovery:
+        times = [t for incident in found if (t := incident.time_to_recovery_ms) is not None]
+        return cls(len(found), sum(1 for i in found if i.retries),
+                   sum(1 for i in found if i.recovered_at is not None),
+                   round(statistics.median(times), 1) if times else None,
+                   round(max(times), 1) if times else None)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    sessions: int
+    tool_calls: int
+    disrupted_calls: int
+    incomplete_calls: int
+    made_up_tool_calls: int
+    faults_by_component: dict[str, int]
+    faults_by_type: dict[str, int]
+    recovery: Recovery
+    recovery_by_component: dict[str, Recovery] = field(default_factory=dict)
+
+
+def behaviour(sessions: Iterable[Session]) -> Behaviour:
+    sessions = list(sessions)
+    calls = [call for session in sessions for call in session.tool_calls]
+    faults = [fault for session in sessions for fault in session.faults]
+    found = [incident for session in sessions for incident in incidents(session)]
+    by_component: dict[str, list[Incident]] = {}
+    for incident in found:
+        by_component.setdefault(incident.component, []).append(incident)
+    return Behaviour(
+        sessions=len(sessions), tool_calls=len(calls),
+        disrupted_calls=sum(1 for call in calls if call.disrupted),
+        incomplete_calls=sum(1 for call in calls if call.incomplete),
+        made_up_tool_calls=sum(1 for call in calls if calls_a_made_up_tool(call)),
+        faults_by_component=dict(collections.Counter(f.component for f in faults).most_common()),
+        faults_by_type=dict(collections.Counter(f.fault for f in faults).most_common()),
+        recovery=Recovery.of(found),
+        recovery_by_component={name: Recovery.of(group) for name, group in sorted(by_component.items())})

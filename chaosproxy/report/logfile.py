@@ -1,0 +1,177 @@
+"""Reading a perturbation log back: each session's calls in order, with the faults that hit each call.
+
+A fault line comes before the call line it belongs to (faults are logged as they fire, a call when
+it ends). They are joined by JSON-RPC id within the session, or, for plain HTTP calls, by the rule
+names the call line lists. A fault on a reply that reached the agent on another connection (legacy
+HTTP+SSE) joins the last call with its id; one that joins no call stays on the session, unattached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+# Actions that keep the real answer from the agent: it gets an error, a fake, a broken frame or nothing.
+DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate", "garble", "cutstream"})
+# A misspelt tool name is passed on, and upstream answers it with an error.
+DISRUPTIVE_FAULTS = frozenset({"unknown_tool"})
+# Outcomes of calls the agent never got an answer to.
+INCOMPLETE_OUTCOMES = frozenset({"hang", "client_disconnected", "stream_idle"})
+
+
+def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The log's JSON objects in order; a line cut short by a killed process is skipped."""
+    with open(path, "rb") as stream:
+        for line in stream:
+            if not line.strip():
+                continue
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
+def _time(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["ts"]).timestamp()
+
+
+@dataclass(slots=True)
+class Fault:
+    ts: float
+    rule: str
+    fault: str
+    component: str
+    level: str | None
+    phase: str | None
+    action: str | None
+    tool: str | None
+    rpc_id: Any
+    params: dict[str, Any]
+    effect: dict[str, Any]
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Fault:
+        return cls(_time(event), event.get("rule", "?"), event.get("fault", "?"), event.get("component", "?"),
+                   event.get("level"), event.get("phase"), event.get("action"), event.get("tool"),
+                   event.get("rpc_id"), event.get("params") or {}, event.get("effect") or {})
+
+    @property
+    def disruptive(self) -> bool:
+        return self.action in DISRUPTIVE_ACTIONS or self.fault in DISRUPTIVE_FAULTS
+
+
+@dataclass(slots=True)
+class Call:
+    ts: float  # when it ended
+    duration_ms: float
+    method: str | None
+    tool: str | None
+    rpc_id: Any
+    http_method: str | None
+    path: str | None
+    status: int | None
+    outcome: str
+    rules: list[str]
+    faults: list[Fault] = field(default_factory=list)
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Call:
+        return cls(_time(event), float(event.get("duration_ms") or 0), event.get("method"), event.get("tool"),
+                   event.get("rpc_id"), event.get("http_method"), event.get("path"), event.get("status"),
+                   event.get("outcome", "ok"), list(event.get("faults") or []))
+
+    @property
+    def start(self) -> float:
+        return self.ts - self.duration_ms / 1000
+
+    @property
+    def label(self) -> str:
+        """What the agent called: the tool by the name it asked for (a fault may have sent on another),
+        else the JSON-RPC method, else the HTTP method and path."""
+        if self.method == "tools/call":
+            asked = (fault.tool for fault in self.faults if fault.phase == "request" and fault.tool)
+            if name := next(asked, None) or self.tool:
+                return name
+        return self.method or f"{self.http_method or '?'} {self.path or '?'}"
+
+    @property
+    def incomplete(self) -> bool:
+        return self.outcome in INCOMPLETE_OUTCOMES
+
+    @property
+    def disrupted(self) -> bool:
+        """The agent did not get the real answer: an error status, a broken exchange, a fault's stand-in."""
+        return (self.outcome != "ok" or (self.status is not None and self.status >= 400)
+                or any(fault.disruptive for fault in self.faults))
+
+    def claims(self, fault: Fault) -> bool:
+        if self.rpc_id is not None:
+            return fault.rpc_id == self.rpc_id
+        return fault.rpc_id is None and fault.rule in self.rules
+
+
+@dataclass(slots=True)
+class Session:
+    run_id: str
+    seed: int | None
+    session: str
+    transport: str | None
+    calls: list[Call] = field(default_factory=list)
+    unattached: list[Fault] = field(default_factory=list)
+
+    @property
+    def tool_calls(self) -> list[Call]:
+        """Calls of tools: an MCP session's tools/call, or each request of a plain HTTP tool API.
+
+        A session that speaks JSON-RPC is MCP, and its other requests (a GET stream, a DELETE) are plumbing.
+        """
+        if any(call.method is not None for call in self.calls):
+            return [call for call in self.calls if call.method == "tools/call"]
+        return self.calls
+
+    @property
+    def faults(self) -> list[Fault]:
+        return [fault for call in self.calls for fault in call.faults] + self.unattached
+
+    @property
+    def started(self) -> float:
+        times = [call.start for call in self.calls] + [fault.ts for fault in self.unattached]
+        return min(times, default=0.0)
+
+
+def read_sessions(path: str | Path) -> list[Session]:
+    """The log's sessions in order of appearance, per run id (an appended-to log keeps its runs apart)."""
+    sessions: dict[tuple[str, str], Session] = {}
+    pending: dict[tuple[str, str], list[Fault]] = {}
+    for event in read_events(path):
+        kind = event.get("event")
+        if kind not in ("fault", "call"):
+            continue
+        key = (str(event.get("run_id")), str(event.get("session")))
+        session = sessions.get(key)
+        if session is None:
+            session = sessions[key] = Session(key[0], event.get("seed"), key[1], event.get("transport"))
+        waiting = pending.setdefault(key, [])
+        if kind == "fault":
+            waiting.append(Fault.from_event(event))
+            continue
+        call = Call.from_event(event)
+        unclaimed: list[Fault] = []
+        for fault in waiting:
+            (call.faults if call.claims(fault) else unclaimed).append(fault)
+        waiting[:] = unclaimed
+        session.calls.append(call)
+    for key, waiting in pending.items():
+        calls = sessions[key].calls
+        for fault in waiting:
+            owner = next((call for call in reversed(calls)
+                          if call.rpc_id is not None and call.rpc_id == fault.rpc_id), None)
+            (owner.faults if owner is not None else sessions[key].unattached).append(fault)
+    return list(sessions.values())

@@ -1,0 +1,138 @@
+"""Inline SVG charts for the HTML report: success-rate bars with intervals, and per-session timelines.
+
+Plain SVG with a <title> on every mark for its tooltip: no script, no fonts or styles from outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from html import escape
+
+from chaosproxy.faults import REGISTRY
+from chaosproxy.report.fmt import drop_text, ms_text, percent
+from chaosproxy.report.logfile import Call, Fault, Session
+from chaosproxy.report.profile import ProfileRow
+from chaosproxy.report.stats import Rate
+
+COMPONENT_COLOURS = {"observation": "#1f77b4", "action": "#8e44ad", "reward": "#d68910",
+                     "transition": "#c0392b"}
+CLEAN_COLOUR = "#9aa0a6"
+OTHER_COLOUR = "#34495e"
+CALL_COLOURS = {"call answered": "#5aa469", "call disrupted": "#c0392b", "never completed": "#f39c12"}
+
+Scale = Callable[[float], float]
+
+
+def component_colour(name: str) -> str:
+    """The colour of a component, or of a fault type's component; a neutral one otherwise."""
+    fault = REGISTRY.get(name)
+    return COMPONENT_COLOURS.get(str(fault.component) if fault is not None else name, OTHER_COLOUR)
+
+
+def _svg_open(kind: str, name: str, width: int, height: int) -> str:
+    return (f'<svg class="chart {kind}" data-chart="{escape(name)}" role="img" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">')
+
+
+def _text(x: float, y: float, text: str, *, anchor: str = "start", css: str = "") -> str:
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" class="{css}">{escape(text)}</text>'
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, css: str) -> str:
+    return f'<line class="{css}" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}"/>'
+
+
+def profile_chart(rows: list[ProfileRow], name: str) -> str:
+    """Per row: the clean and the perturbed success rate as bars, their 95% intervals as whiskers."""
+    label_w, plot_w, drop_w, bar_h, row_h = 150, 420, 230, 12, 40
+    height = 28 + row_h * len(rows)
+
+    def x(value: float) -> float:
+        return label_w + value * plot_w
+
+    parts = [_svg_open("profile", name, label_w + plot_w + drop_w, height),
+             f"<title>success rate clean vs perturbed, by {escape(name)}</title>"]
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        parts += [_line(x(tick), 18, x(tick), height, "grid"),
+                  _text(x(tick), 12, percent(tick), anchor="middle", css="axis")]
+    for i, row in enumerate(rows):
+        top = 26 + i * row_h
+        parts.append(_text(label_w - 8, top + bar_h + 4, row.name, anchor="end", css="label"))
+        parts.append(_bar(row.clean, top, bar_h, CLEAN_COLOUR, "clean", x))
+        parts.append(_bar(row.perturbed, top + bar_h + 2, bar_h, component_colour(row.name), "perturbed", x))
+        parts.append(_text(x(1) + 10, top + bar_h + 4, drop_text(row), css="note"))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _bar(rate: Rate, y: float, h: float, colour: str, kind: str, x: Scale) -> str:
+    if rate.value is None:
+        return _text(x(0) + 4, y + h - 2, f"{kind}: no runs", css="note")
+    low, high = rate.interval
+    tip = f"{kind}: {percent(rate.value)} of {rate.n} runs (95% CI {percent(low)}–{percent(high)})"
+    mid = y + h / 2
+    return "".join([
+        f'<g class="bar {kind}"><title>{escape(tip)}</title>',
+        (f'<rect x="{x(0):.1f}" y="{y:.1f}" width="{max(x(rate.value) - x(0), 1):.1f}" height="{h}" '
+         f'fill="{colour}"/>'),
+        _line(x(low), mid, x(high), mid, "whisker"),
+        _line(x(low), y + 2, x(low), y + h - 2, "whisker"),
+        _line(x(high), y + 2, x(high), y + h - 2, "whisker"),
+        "</g>"])
+
+
+def _call_state(call: Call) -> str:
+    return "never completed" if call.incomplete else "call disrupted" if call.disrupted else "call answered"
+
+
+def _call_tip(call: Call) -> str:
+    status = f" {call.status}" if call.status is not None else ""
+    sent = f" (sent on as {call.tool})" if call.tool and call.tool != call.label else ""
+    return f"{call.label}{sent}: {call.outcome}{status}, {ms_text(call.duration_ms)}"
+
+
+def _fault_tip(fault: Fault) -> str:
+    effect = ", ".join(f"{key}={value}" for key, value in fault.effect.items())
+    return f"{fault.rule}: {fault.fault} ({fault.component}, {fault.phase}) {effect}".rstrip()
+
+
+def timeline_chart(session: Session) -> str:
+    """One lane per tool (or method, or path): each call a bar from start to end, each fault a marker."""
+    lanes = list(dict.fromkeys(call.label for call in session.calls))
+    stray_lane = len(lanes)
+    if session.unattached:
+        lanes.append("(faults without a call)")
+    label_w, plot_w, lane_h = 170, 700, 22
+    start = session.started
+    end = max([call.ts for call in session.calls] + [fault.ts for fault in session.unattached] + [start])
+    span = max(end - start, 0.001)
+    height = 30 + lane_h * len(lanes)
+
+    def x(t: float) -> float:
+        return label_w + (t - start) / span * plot_w
+
+    parts = [_svg_open("timeline", "timeline", label_w + plot_w + 20, height),
+             f"<title>calls and faults of session {escape(session.session)}</title>"]
+    for k in range(5):
+        t = start + span * k / 4
+        anchor = "end" if k == 4 else "middle"
+        parts += [_line(x(t), 16, x(t), height, "grid"),
+                  _text(x(t), 12, ms_text((t - start) * 1000), anchor=anchor, css="axis")]
+    parts += [_text(label_w - 8, 34 + i * lane_h, lane, anchor="end", css="label")
+              for i, lane in enumerate(lanes)]
+    for call in session.calls:
+        top = 22 + lanes.index(call.label) * lane_h
+        width = max(x(call.ts) - x(call.start), 2)
+        parts.append(f'<g class="call"><title>{escape(_call_tip(call))}</title>'
+                     f'<rect x="{x(call.start):.1f}" y="{top:.1f}" width="{width:.1f}" height="14" '
+                     f'fill="{CALL_COLOURS[_call_state(call)]}"/></g>')
+        parts += [_marker(fault, x(fault.ts), top) for fault in call.faults]
+    parts += [_marker(fault, x(fault.ts), 22 + stray_lane * lane_h) for fault in session.unattached]
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _marker(fault: Fault, cx: float, top: float) -> str:
+    return (f'<g class="fault"><title>{escape(_fault_tip(fault))}</title>'
+            f'<path d="M{cx:.1f} {top - 1:.1f} l5 -7 h-10 z" '
+            f'fill="{component_colour(fault.component)}"/></g>')
