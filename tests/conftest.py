@@ -19,6 +19,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
+from tests.mcp_support import serve
 from tests.support import RunningProxy, ServerLoop
 
 
@@ -55,3 +56,23 @@ def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterat
     for proxy, log in started:
         server_loop.run(proxy.stop())
         log.close()
+
+
+# The bundled MCP tool server as real processes, one of each kind for the whole session: over
+# streamable HTTP (answering POSTs with SSE, or with JSON) and over legacy HTTP+SSE.
+@pytest.fixture(scope="session")
+def mcp_http() -> Iterator[str]:
+    with serve("http") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mcp_json() -> Iterator[str]:
+    with serve("http", "--json-response") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mcp_sse() -> Iterator[str]:
+    with serve("sse") as url:
+        yield url

@@ -21,17 +21,11 @@ from chaosproxy.faults.inject_text import TEMPLATES
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import ScenarioError, parse_scenario
 from chaosproxy.session import SessionState
-from tests.mcp_support import client, serve
+from tests.mcp_support import client
 
 CONTENT_FAULTS = ("typos", "noise", "truncate_text", "oversize", "inject_text", "wrong_data")
 FAILED = "Error executing tool fail"  # the server's text for the fail tool's error
 OSLO = {"city": "oslo", "temp_c": 3, "sky": "clear"}
-
-
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
 
 
 def once(fault: dict[str, Any], tool: str = "search", **gates: Any) -> dict[str, Any]:

@@ -23,18 +23,6 @@ ERAS = ["auto", "legacy"]  # the 2026-07-28 era (Mcp-Name headers) and the hands
 DEMO_TOOLS = ["search", "weather", "add", "count", "fail"]
 
 
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_sse():
-    with serve("sse") as url:
-        yield url
-
-
 def names(listed: Any) -> list[str]:
     return [tool.name for tool in listed.tools]
 

@@ -16,24 +16,6 @@ WATCH = {"rules": [{"name": "never", "match": {"tool": "no-such-tool"},
                     "fault": {"type": "latency", "delay_ms": 1, "at": "response"}}]}
 
 
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_json():
-    with serve("http", "--json-response") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_sse():
-    with serve("sse") as url:
-        yield url
-
-
 async def session_transcript(url: str, mode: str) -> dict:
     async with client(url, mode) as session:
         return {

@@ -22,7 +22,7 @@ from chaosproxy.faults.misleading_description import NEUTRAL_NAMES
 from chaosproxy.log import PerturbationLog
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import ScenarioError, parse_scenario
-from tests.mcp_support import client, serve
+from tests.mcp_support import client
 from tests.peers import peers
 
 ORIGINAL = {
@@ -33,18 +33,6 @@ ORIGINAL = {
     "fail": "Always fails (a tool error, isError: true).",
 }
 SEARCH = {"query": "chaos", "limit": 2}
-
-
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_sse():
-    with serve("sse") as url:
-        yield url
 
 
 def on_listing(fault: dict[str, Any], **gates: Any) -> dict[str, Any]:

@@ -8,21 +8,9 @@ import aiohttp
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.mcp_support import client, serve
+from tests.mcp_support import client
 
 WEATHER = {"city": "Oslo"}
-
-
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_json():
-    with serve("http", "--json-response") as url:
-        yield url
 
 
 def once(fault: dict, tool: str = "weather", **gates) -> dict:

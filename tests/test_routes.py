@@ -6,19 +6,7 @@ import aiohttp
 import pytest
 
 from chaosproxy.scenario import ScenarioError, parse_scenario
-from tests.mcp_support import client, serve
-
-
-@pytest.fixture(scope="module")
-def mcp_sse():
-    with serve("sse") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def mcp_http():
-    with serve("http") as url:
-        yield url
+from tests.mcp_support import client
 
 
 async def get(url: str) -> tuple[int, bytes]:
