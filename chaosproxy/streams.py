@@ -56,18 +56,41 @@ async def sse_events(chunks: AsyncIterator[bytes], max_events: int) -> AsyncIter
         yield chunk
 
 
+class SseSplitter:
+    """Cuts a stream fed chunk by chunk into SSE events (each with its blank-line terminator).
+
+    For adapters that are handed chunks rather than an iterator to pull from (mitmproxy's stream hook).
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The events this chunk completes."""
+        pending = self._pending + chunk
+        events, start = [], 0
+        for end in _EVENT_END.finditer(pending):
+            events.append(pending[start:end.end()])
+            start = end.end()
+        self._pending = pending[start:]
+        return events
+
+    def rest(self) -> bytes:
+        """What is left after the last complete event (an unterminated one) when the stream ends."""
+        rest, self._pending = self._pending, b""
+        return rest
+
+
 async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Each SSE event as one bytes object (with its blank-line terminator) as soon as it is complete."""
-    pending = b""
+    splitter = SseSplitter()
     async for chunk in chunks:
-        pending += chunk
-        start = 0
-        for end in _EVENT_END.finditer(pending):
-            yield pending[start:end.end()]
-            start = end.end()
-        pending = pending[start:]
-    if pending:
-        yield pending
+        for event in splitter.feed(chunk):
+            yield event
+    if rest := splitter.rest():
+        yield rest
 
 
 _LINE = re.compile(rb"\r\n|\n|\r")

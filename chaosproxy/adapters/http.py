@@ -21,7 +21,7 @@ from yarl import URL
 
 from chaosproxy import streams
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
-from chaosproxy.actions import CutStream, Delay, Drip, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
+from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
@@ -46,7 +46,7 @@ def forwardable(headers: CIMultiDictProxy[str], *, drop: frozenset[str] = frozen
     return forwarded
 
 
-class _Exchange:
+class Exchange:
     """What the call log needs to know about one request, filled in as it goes."""
 
     __slots__ = ("started", "status", "bytes_out", "outcome", "faults")
@@ -116,7 +116,7 @@ class HttpProxy:
             await self._client.close()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        exchange = _Exchange()
+        exchange = Exchange()
         session = (request.headers.get("Mcp-Session-Id") or request.query.get("sessionId")
                    or request.query.get("session_id") or request.remote or "-")
         raw_path = request.raw_path
@@ -134,9 +134,9 @@ class HttpProxy:
             exchange.outcome = "client_disconnected"
             raise
         finally:
-            self._log_call(msg, exchange)
+            log_call(self.engine, self.transport, msg, exchange)
 
-    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: _Exchange, route: Route,
+    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: Exchange, route: Route,
                      url: str) -> web.StreamResponse:
         engine = self.engine
         body: bytes | aiohttp.StreamReader | None = None
@@ -168,7 +168,7 @@ class HttpProxy:
                         exchange.outcome = "ok"
                     case Reset():
                         exchange.outcome = "reset"
-                        _reset(request)
+                        reset_transport(request.transport)
                         return web.Response(status=499)  # never sent: the connection is gone
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
@@ -188,7 +188,7 @@ class HttpProxy:
             return await self._relay(request, msg, upstream, exchange, route.relay)
 
     async def _relay(self, request: web.BaseRequest, msg: Message, upstream: aiohttp.ClientResponse,
-                     exchange: _Exchange, relay: JsonRpcRelay) -> web.StreamResponse:
+                     exchange: Exchange, relay: JsonRpcRelay) -> web.StreamResponse:
         exchange.status = upstream.status
         headers = forwardable(upstream.headers, drop=frozenset({"content-length"}))
         length = upstream.content_length
@@ -202,7 +202,7 @@ class HttpProxy:
 
         per_message = self.engine.active(Phase.RESPONSE, wire=False)
         # JSON-RPC replies and plain JSON or text bodies are read whole when a rule acts on messages
-        read_whole = per_message and not is_stream and _is_text(upstream.headers.get("Content-Type", "")) \
+        read_whole = per_message and not is_stream and is_text(upstream.headers.get("Content-Type", "")) \
             and (length is None or length <= RULE_BODY_LIMIT)
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
@@ -250,41 +250,42 @@ class HttpProxy:
                 request.transport.close()  # type: ignore[union-attr]  # FIN after the bytes sent
             case "reset":
                 exchange.outcome = "reset"
-                _reset(request)
+                reset_transport(request.transport)
             case "idle":
                 exchange.outcome = "stream_idle"
                 await asyncio.Event().wait()  # until the client goes away
         return response
 
-    def _decide(self, msg: Message, exchange: _Exchange, *, messages: bool = True) -> list[Fired]:
+    def _decide(self, msg: Message, exchange: Exchange, *, messages: bool = True) -> list[Fired]:
         fired = self.engine.decide(msg, messages=messages)
         exchange.faults.extend(f.rule.name for f in fired)
         return fired
 
-    def _respond(self, respond: Respond, exchange: _Exchange) -> web.Response:
+    def _respond(self, respond: Respond, exchange: Exchange) -> web.Response:
         exchange.status = respond.status
         exchange.bytes_out = len(respond.body)
         return web.Response(status=respond.status, body=respond.body, headers=respond.headers)
 
-    def _log_call(self, msg: Message, exchange: _Exchange) -> None:
-        fields: dict[str, Any] = {}
-        if msg.body is not None and (rpc := msg.rpc) is not None:
-            fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
-        self.engine.log.call(
-            transport=self.transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
-            status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
-            duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
-            faults=exchange.faults, **fields,
-        )
+
+def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
+    """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
+    fields: dict[str, Any] = {}
+    if msg.body is not None and (rpc := msg.rpc) is not None:
+        fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
+    engine.log.call(
+        transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
+        status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
+        duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
+        faults=exchange.faults, **fields,
+    )
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:
     yield payload
 
 
-def _reset(request: web.BaseRequest) -> None:
+def reset_transport(transport: asyncio.BaseTransport | None) -> None:
     """Abort with RST (SO_LINGER 0) rather than a polite FIN, as a crashed server or middlebox would."""
-    transport = request.transport
     if transport is None:
         return
     sock: socket.socket | None = transport.get_extra_info("socket")
@@ -293,7 +294,7 @@ def _reset(request: web.BaseRequest) -> None:
     transport.abort()
 
 
-def _is_text(content_type: str) -> bool:
+def is_text(content_type: str) -> bool:
     return "json" in content_type or content_type.startswith("text/")
 
 

@@ -112,16 +112,17 @@ class JsonRpcRelay:
             pump = asyncio.create_task(_pump(frames, queue))
             try:
                 while (frame := await queue.get()) is not _END:
-                    yield self._relay_frame(frame, request, session)
+                    yield self.relay_frame(frame, request, session)
             finally:
                 pump.cancel()
                 self._legacy_streams.pop(session, None)
             return
-        yield self._relay_frame(first, request, session)
+        yield self.relay_frame(first, request, session)
         async for frame in frames:
-            yield self._relay_frame(frame, request, session)
+            yield self.relay_frame(frame, request, session)
 
-    def _relay_frame(self, frame: bytes, request: Message, session: str) -> bytes:
+    def relay_frame(self, frame: bytes, request: Message, session: str) -> bytes:
+        """One SSE event from upstream, with its JSON-RPC message decided on."""
         data = streams.sse_data(frame)
         if data is None or not self.watching:
             return frame
