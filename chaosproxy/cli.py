@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from chaosproxy import __version__
 from chaosproxy.drill import command as drill_command
@@ -153,38 +156,59 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.http import HttpProxy
-    from chaosproxy.control import ControlConfigError, serve_control
-    from chaosproxy.reload import reloading
-    from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
 
-    host, port = args.listen
     try:
         scenario = load_scenario(args.scenario) if args.scenario else Scenario()
         from_env = [_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()] if not args.routes else []
         routes = _routes(scenario.routes, args.routes or from_env, args.upstream)
+    except (ScenarioError, ValueError, argparse.ArgumentTypeError) as exc:
+        print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    targets = ", ".join(f"{prefix} {url}" for prefix, url in routes.items())
+    return _serve(args, scenario, lambda engine: HttpProxy(engine, routes),
+                  lambda host, port: f"listening on http://{host}:{port} -> {targets}")
+
+
+def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
+           describe: Callable[[str, int], str]) -> int:
+    """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
+    from chaosproxy.control import ControlConfigError
+    from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
+
+    host, port = args.listen
+    try:
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
             async def serve() -> None:
-                base_dir = args.scenario.parent if args.scenario else None
-                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
-                        reloading(engine, args.scenario, watch=args.watch):
-                    proxy = HttpProxy(engine, routes)
-                    bound = await proxy.start(host, port)
-                    ops.info("listening on http://%s:%d -> %s (seed %d, %d rules)", host, bound,
-                             ", ".join(f"{prefix} {url}" for prefix, url in routes.items()), engine.seed,
-                             len(engine.scenario.rules))
+                async with _controlled(engine, args):
+                    proxy = make_proxy(engine)
                     try:
+                        bound = await proxy.start(host, port)
+                        ops.info("%s (seed %d, %d rules)", describe(host, bound), engine.seed,
+                                 len(engine.scenario.rules))
                         await wait_for_stop_signal()
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
             run_async(serve())
-    except (ScenarioError, ControlConfigError, ValueError, argparse.ArgumentTypeError) as exc:
-        print(f"chaosproxy: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
+    except ControlConfigError as exc:
+        print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
-        print(f"chaosproxy: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"chaosproxy {args.command}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
+    """The control API (--control) and scenario reloading (SIGHUP, --watch), as every proxy command has them."""
+    from chaosproxy.control import serve_control
+    from chaosproxy.reload import reloading
+
+    base_dir = args.scenario.parent if args.scenario else None
+    async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
+            reloading(engine, args.scenario, watch=args.watch):
+        yield
 
 
 def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream: str | None) -> dict[str, str]:
@@ -202,8 +226,7 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
-    from chaosproxy.control import ControlConfigError, serve_control
-    from chaosproxy.reload import reloading
+    from chaosproxy.control import ControlConfigError
     from chaosproxy.runtime import open_engine, run_async
 
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
@@ -216,9 +239,7 @@ def _stdio(args: argparse.Namespace) -> int:
             agent_in, agent_out = claim_stdio()
 
             async def relay() -> int:
-                base_dir = args.scenario.parent if args.scenario else None
-                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
-                        reloading(engine, args.scenario, watch=args.watch):
+                async with _controlled(engine, args):
                     server = spawn(command)  # inside: a refused control setting leaves no child behind
                     ops.info("stdio: relaying to %s (pid %d, seed %d, %d rules)", command[0], server.pid,
                              engine.seed, len(engine.scenario.rules))
@@ -241,11 +262,6 @@ def _mitm(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"chaosproxy mitm needs mitmproxy ({exc}): pip install 'chaosproxy[mitm]'", file=sys.stderr)
         return 1
-    from chaosproxy.control import ControlConfigError, serve_control
-    from chaosproxy.reload import reloading
-    from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
-
-    host, port = args.listen
     try:
         hosts = HostPatterns.parse(args.hosts)
         if args.upstream_ca is not None and not args.upstream_ca.is_file():
@@ -258,29 +274,9 @@ def _mitm(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"chaosproxy mitm: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    try:
-        with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
-            async def serve() -> None:
-                base_dir = args.scenario.parent if args.scenario else None
-                async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
-                        reloading(engine, args.scenario, watch=args.watch):
-                    proxy = MitmProxy(engine, hosts, confdir=confdir, upstream_ca=args.upstream_ca)
-                    try:
-                        bound = await proxy.start(host, port)
-                        ops.info("mitm: proxy on %s:%d intercepting %s; the agent trusts %s (seed %d, %d rules)",
-                                 host, bound, hosts, confdir / CA_CERT, engine.seed, len(engine.scenario.rules))
-                        await wait_for_stop_signal()
-                    finally:
-                        ops.info("stopping")
-                        await proxy.stop()
-            run_async(serve())
-    except (ScenarioError, ControlConfigError, ValueError, argparse.ArgumentTypeError) as exc:
-        print(f"chaosproxy: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
-        return EXIT_INVALID
-    except OSError as exc:
-        print(f"chaosproxy mitm: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _serve(args, scenario, lambda engine: MitmProxy(engine, hosts, confdir=confdir, upstream_ca=args.upstream_ca),
+                  lambda host, port: f"mitm: proxy on {host}:{port} intercepting {hosts}; "
+                                     f"the agent trusts {confdir / CA_CERT}")
 
 
 def _validate(files: list[str]) -> int:

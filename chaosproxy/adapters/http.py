@@ -237,7 +237,7 @@ class HttpProxy:
                 case Reset(after_bytes):
                     chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
                 case CutStream(after_events, idle):
-                    chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "eof"
+                    chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
         await response.prepare(request)
         async for chunk in chunks:
             exchange.bytes_out += len(chunk)
@@ -245,6 +245,9 @@ class HttpProxy:
         match ending:
             case "eof":
                 await response.write_eof()
+            case "cut":
+                exchange.outcome = "stream_cut"
+                await response.write_eof()  # a clean end, as a server that closed the stream
             case "close":
                 exchange.outcome = "truncated"
                 request.transport.close()  # type: ignore[union-attr]  # FIN after the bytes sent
