@@ -92,8 +92,8 @@ class ControlClient:
         """Add a rule for the duration of a block; yields its name (one is made up when it has none).
 
         The rule goes first, so it acts before the scenario's own rules. On exit it is taken out of the
-        scenario then in force, leaving any other change made meanwhile. Note that every scenario
-        change starts the rules' counters over, as POST /reset does.
+        scenario then in force, leaving any other change made meanwhile. Session state and the
+        counters of the other rules carry over the swap.
         """
         added = {"name": f"fault-{secrets.token_hex(4)}", **rule}
         scenario = self.get_scenario()
