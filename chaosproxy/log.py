@@ -48,6 +48,7 @@ class PerturbationLog:
             structlog.BytesLogger(stream),
             processors=[_event_first, self._notify, structlog.processors.JSONRenderer(serializer=orjson.dumps)],
             context_class=dict,
+            wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),  # plain methods, no __getattr__
         ).bind(run_id=run_id, seed=seed)
 
     def _notify(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:

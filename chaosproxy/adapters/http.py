@@ -115,12 +115,20 @@ class HttpProxy:
         if self._client is not None:
             await self._client.close()
 
+    def _route(self, raw_path: str) -> tuple[Route | None, str | None]:
+        for route in self.routes:
+            if (url := route.target(raw_path)) is not None:
+                return route, url
+        return None, None
+
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         exchange = Exchange()
-        session = (request.headers.get("Mcp-Session-Id") or request.query.get("sessionId")
-                   or request.query.get("session_id") or request.remote or "-")
         raw_path = request.raw_path
-        route, url = next(((r, t) for r in self.routes if (t := r.target(raw_path)) is not None), (None, None))
+        session = request.headers.get("Mcp-Session-Id")
+        if session is None:  # legacy HTTP+SSE names the session in the query; parse it only then
+            query = request.query if "ession" in raw_path else {}
+            session = query.get("sessionId") or query.get("session_id") or request.remote or "-"
+        route, url = self._route(raw_path)
         msg = Message(self.transport, Phase.REQUEST, session=session, http_method=request.method,
                       path=request.path, headers=request.headers, route=route.name if route else None)
         try:
