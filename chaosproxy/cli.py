@@ -173,7 +173,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
     from chaosproxy.control import ControlConfigError
-    from chaosproxy.runtime import open_engine, run_async, wait_for_stop_signal
+    from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
 
     host, port = args.listen
     try:
@@ -185,6 +185,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                         bound = await proxy.start(host, port)
                         ops.info("%s (seed %d, %d rules)", describe(host, bound), engine.seed,
                                  len(engine.scenario.rules))
+                        settle_heap()
                         await wait_for_stop_signal()
                     finally:
                         ops.info("stopping")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import signal
 import sys
@@ -48,6 +49,14 @@ async def wait_for_stop_signal() -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def settle_heap() -> None:
+    """Once started, move the long-lived objects (pydantic models, the fault registry) out of the GC's
+    sight and collect less often: at 64 requests in flight the default thresholds cost ~30 µs a request."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 50)
 
 
 def run_async[T](main: Coroutine[Any, Any, T]) -> T:
