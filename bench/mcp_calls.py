@@ -15,15 +15,13 @@ active costs at most 2x idle CPU.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from run import CHAOS, PY, Bench, Procs, free_ports, log
+from run import CHAOS, HERE, PY, Bench, Procs, free_ports, log, wait_ready
 
 SCENARIOS = {
     "idle": "rules: []\n",
@@ -33,25 +31,8 @@ SCENARIOS = {
 TARGETS = ["direct", *SCENARIOS]
 
 
-def wait_mcp(name: str, port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    """Ready once a tools/call is answered."""
-    body = open(Path(__file__).parent / "wrk_mcp.lua").read().split("wrk.body = '")[1].split("'")[0]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("POST", "/mcp", body, {"Content-Type": "application/json",
-                                                "Accept": "application/json, text/event-stream"})
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        time.sleep(0.1)
-    raise RuntimeError(f"{name} not ready on port {port}")
+CALL = (HERE / "wrk_mcp.lua").read_text().split("wrk.body = '")[1].split("'")[0]
+PROBE = ("POST", "/mcp", CALL, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
 
 
 def main() -> int:
@@ -68,14 +49,14 @@ def main() -> int:
         ports = dict(zip(TARGETS, [uport, *pports], strict=True))
         upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(uport),
                                             "--stateless", "--json-response"])
-        wait_mcp("upstream", uport, upstream)
+        wait_ready("upstream", uport, upstream, 30, PROBE)
         pids: dict[str, int | None] = {"direct": None}
         for target, scenario in SCENARIOS.items():
             path = args.out / f"{target}.yaml"
             path.write_text(scenario)
             proc = procs.start(target, [CHAOS, "run", "--upstream", f"http://127.0.0.1:{uport}", "--listen",
                                         f"127.0.0.1:{ports[target]}", "--scenario", str(path), "--log", "/dev/null"])
-            wait_mcp(target, ports[target], proc)
+            wait_ready(target, ports[target], proc, 30, PROBE)
             pids[target] = proc.pid
         bench = Bench(args.out, ports, pids, upstream.pid)
         c1: dict[str, list[dict]] = {t: [] for t in TARGETS}

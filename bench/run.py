@@ -88,14 +88,16 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def wait_ready(name: str, port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
+def wait_ready(name: str, port: int, proc: subprocess.Popen, timeout: float = 20,
+               probe: tuple[str, str, str | None, dict[str, str]] = ("GET", "/health", None, {})) -> None:
+    """Until `probe` (method, path, body, headers) is answered 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited with {proc.returncode}; see its log")
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
-            conn.request("GET", "/health")
+            conn.request(*probe)
             if conn.getresponse().status == 200:
                 return
         except OSError:

@@ -15,13 +15,10 @@ from typing import Any
 from mcp import Client
 from mcp.client.sse import sse_client
 
+from tests.support import free_port
+
 SERVER = [sys.executable, "-m", "chaosproxy.demo.mcp_server"]
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

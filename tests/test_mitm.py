@@ -38,7 +38,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
-from tests.support import ServerLoop, rule
+from tests.support import ServerLoop, free_port, rule, wait_listening
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
@@ -453,22 +453,8 @@ def test_bad_host_globs_are_refused(value, reason):
 
 # --- the command line, as a user runs it -----------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listening on {port}")
 
 
 AGENT = """
@@ -515,14 +501,14 @@ def test_mitm_command(https_upstream, confdir, tls_files, tmp_path, stop_later):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("rules:\n  - name: teapot\n    match: {path: /api/*}\n"
                         "    fault: {type: http_error, status: 418}\n")
-    port, control, log = _free_port(), _free_port(), tmp_path / "faults.jsonl"
+    port, control, log = free_port(), free_port(), tmp_path / "faults.jsonl"
     proc = subprocess.Popen([*CHAOSPROXY, "mitm", "--scenario", str(scenario), "--listen", f"127.0.0.1:{port}",
                              "--hosts", "localhost", "--confdir", str(confdir), "--upstream-ca", str(tls_files["ca"]),
                              "--log", str(log), "--seed", "5", "--control", f"127.0.0.1:{control}"],
                             stderr=subprocess.PIPE, text=True)
     stop_later.append(proc)
-    _wait_listening(port, proc)
-    _wait_listening(control, proc)
+    wait_listening(port, proc)
+    wait_listening(control, proc)
     ca = confdir / CA_CERT
     assert _agent(f"https://localhost:{https_upstream}/api/weather?city=lima", port, ca)[0] == 418
     status, body = _agent(f"https://localhost:{https_upstream}/health", port, ca)
@@ -543,7 +529,7 @@ def test_mitm_command(https_upstream, confdir, tls_files, tmp_path, stop_later):
 
 
 def _mitm_fails(*flags: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CHAOSPROXY, "mitm", "--listen", f"127.0.0.1:{_free_port()}", *flags],
+    done = subprocess.run([*CHAOSPROXY, "mitm", "--listen", f"127.0.0.1:{free_port()}", *flags],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     return done
