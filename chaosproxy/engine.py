@@ -118,7 +118,8 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
-        self.load(scenario)
+        self._compiled: list[_CompiledRule] = []
+        self.load(scenario, keep_state=False)
 
     def load(self, scenario: Scenario, *, keep_state: bool = True) -> None:
         """Put a scenario in force (atomically: a message is decided under one scenario or the other).
@@ -127,7 +128,7 @@ class Engine:
         the counters of every rule that is unchanged apart from probability or enabled, so a
         `first: 3` rule does not start over because another rule was patched.
         """
-        previous = {rule.rule.name: rule for rule in getattr(self, "_compiled", [])} if keep_state else {}
+        previous = {rule.rule.name: rule for rule in self._compiled} if keep_state else {}
         compiled = [_CompiledRule(rule) for rule in scenario.rules]
         for rule in compiled:
             old = previous.get(rule.rule.name)
@@ -144,7 +145,7 @@ class Engine:
         self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
-        if not keep_state or not hasattr(self, "sessions"):
+        if not keep_state:
             self.sessions: dict[str, SessionState] = {}
             self._ordinals: dict[str, int] = {}
 
@@ -168,17 +169,17 @@ class Engine:
         A Rewrite is applied to `msg` at once, so later rules and the adapter see the new message.
         """
         fired: list[Fired] = []
-        if msg.phase is Phase.REQUEST and msg.method == "tools/call" and (routed := self._route(msg)) is not None:
-            fired.append(routed)
-            if ends_exchange(routed.action):
-                return fired
+        steps: list[tuple[str, Callable[[], Fired | None]]] = []
+        if msg.phase is Phase.REQUEST and msg.method == "tools/call":
+            steps.append(("tool routes", lambda: self._route(msg)))
         rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
-        for rule in rules:
+        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg)) for rule in rules]
+        for name, step in steps:
             try:
-                outcome = self._gate_and_act(rule, msg)
+                outcome = step()
             except Exception as exc:  # fail open: a broken fault must not break the agent's traffic
-                ops.exception("rule %r failed on a %s; passing it through", rule.rule.name, msg.phase)
-                self.log.error(rule=rule.rule.name, fault=rule.rule.fault.type, error=repr(exc))
+                ops.exception("%s failed on a %s; passing it through", name, msg.phase)
+                self.log.error(rule=name, error=repr(exc))
                 continue
             if outcome is not None:
                 fired.append(outcome)
