@@ -1,6 +1,6 @@
 """Independent peers through the proxy: servers and clients we did not write see no difference.
 
-server-everything (the TypeScript reference server) over streamable HTTP and legacy SSE with the
+server-everything (the TypeScript reference server) over streamable HTTP, legacy SSE and stdio with the
 Python SDK client and the MCP Inspector CLI, and the official conformance suite run direct and
 through the idle proxy.
 """
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp_support import client, dump
@@ -58,6 +60,23 @@ async def test_a_fault_reaches_the_sdk_client_from_a_foreign_server(make_proxy, 
         echoed = await session.call_tool("echo", {"message": "still here"})
     assert echoed.content[0].text == "Echo: still here"
     assert [f["tool"] for f in proxy.events("fault")] == ["get-sum"]
+
+
+async def test_sdk_client_sees_the_same_server_over_stdio_through_the_proxy(tmp_path):
+    """server-everything over stdio, wrapped by `chaosproxy stdio` as an MCP config would wrap it."""
+    server = peers.everything_stdio()
+    wrapped = [sys.executable, "-m", "chaosproxy", "stdio", "--log", str(tmp_path / "log.jsonl"), "--", *server]
+
+    async def stdio_transcript(command: list[str]) -> dict:
+        params = StdioServerParameters(command=command[0], args=command[1:])
+        async with asyncio.timeout(60), Client(params, mode="legacy", read_timeout_seconds=20) as session:
+            return {"tools": dump(await session.list_tools()),
+                    "echo": dump(await session.call_tool("echo", {"message": "over stdio"})),
+                    "sum": dump(await session.call_tool("get-sum", {"a": 2, "b": 40}))}
+
+    assert await stdio_transcript(wrapped) == await stdio_transcript(server)
+    calls = [line for line in (tmp_path / "log.jsonl").read_text().splitlines() if '"event":"call"' in line]
+    assert len(calls) >= 3  # tools/list and both calls were relayed and logged
 
 
 def test_inspector_cli_sees_the_same_tools_through_the_proxy(make_proxy, everything):
