@@ -20,7 +20,7 @@ import orjson
 from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
 from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
-from chaosproxy.mcp import result_reply
+from chaosproxy.mcp import error_reply, result_reply
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import SessionState
@@ -207,11 +207,18 @@ class Engine:
             route = onward
         rpc = msg.rpc
         assert rpc is not None
+        arguments = rpc["params"].get("arguments")
+        arguments = arguments if isinstance(arguments, dict) else {}
         if route.reply is not None:
             action: Action = Reply(result_reply(msg, route.reply["result"]) if "result" in route.reply
                                    else {"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
+        elif old_shape := sorted(route.refused & arguments.keys()):
+            action = Reply(error_reply(msg, -32602, f"Invalid params: unexpected argument {old_shape[0]!r} "
+                                                    f"for tool {name!r}"))
         else:
-            action = Rewrite({**rpc, "params": {**rpc["params"], "name": route.real}})
+            renamed = {route.arguments.get(key, key): value for key, value in arguments.items()}
+            params = {**rpc["params"], "name": route.real} | ({"arguments": renamed} if renamed else {})
+            action = Rewrite({**rpc, "params": params})
         self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
         if isinstance(action, Rewrite):
             msg.replace(action.message)

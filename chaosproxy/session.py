@@ -15,13 +15,16 @@ class ToolRoute:
     """How to answer calls to a tool name the agent was shown by a fault.
 
     Exactly one of `real` (forward under this upstream name) or `reply` (answer with this result or
-    error object, without calling upstream) is set.
+    error object, without calling upstream) is set. A drifted input schema also renames arguments
+    back (`arguments`) and refuses calls that still use the old shape (`refused`).
     """
 
     rule: str
     fault: str
     real: str | None = None
     reply: dict[str, Any] | None = None
+    arguments: dict[str, str] = field(default_factory=dict)  # argument names shown -> real ones
+    refused: frozenset[str] = frozenset()  # argument names the shown schema no longer has: -32602
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mcp.shared.exceptions import MCPError
 
 from chaosproxy.engine import Engine
 from chaosproxy.faults.unknown_tool import misspell
@@ -373,3 +374,38 @@ async def test_rug_pull_announces_itself_with_list_changed(make_proxy, server_fl
             assert "weather" not in {t.name for t in (await session.list_tools()).tools}
     actions = [f["action"] for f in proxy.events("fault")]
     assert actions.count("notify") == 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_input_schema_drift_renames_a_parameter_and_refuses_the_old_shape(make_proxy, mcp_http, mode):
+    proxy = make_proxy({"rules": [{"name": "drift", "match": {"method": "tools/list"}, "fault": {
+        "type": "input_schema_drift", "tool": "weather", "parameter": "city", "reject_old": True}}]}, to=mcp_http)
+    async with client(proxy.url + "/mcp", mode) as session:
+        weather = next(t for t in (await session.list_tools()).tools if t.name == "weather")
+        assert set(weather.input_schema["properties"]) == {"city_v2"}
+        assert weather.input_schema["required"] == ["city_v2"]
+        result = await session.call_tool("weather", {"city_v2": "Oslo"})  # renamed back upstream
+        assert result.structured_content["city"] == "oslo"
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("weather", {"city": "Oslo"})
+    assert refused.value.error.code == -32602 and "'city'" in refused.value.error.message
+    assert [f["action"] for f in proxy.events("fault")] == ["rewrite", "rewrite", "reply"]
+
+
+@pytest.mark.parametrize("fault,check", [
+    ({"mode": "retype", "parameter": "a"}, lambda schema: schema["properties"]["a"]["type"] == "string"),
+    ({"mode": "require", "parameter": "interval_ms", "tool": "count"},
+     lambda schema: "interval_ms" in schema["required"]),
+])
+async def test_input_schema_drift_retypes_or_requires(make_proxy, mcp_http, fault, check):
+    tool = fault.get("tool", "add")
+    proxy = make_proxy({"rules": [{"name": "drift", "fault": {"type": "input_schema_drift", "tool": tool, **fault}}]},
+                       to=mcp_http)
+    async with client(proxy.url + "/mcp") as session:
+        listed = next(t for t in (await session.list_tools()).tools if t.name == tool)
+    assert check(listed.input_schema)
+
+
+def test_input_schema_drift_refuses_reject_old_without_rename():
+    with pytest.raises(ScenarioError, match="reject_old applies to mode rename"):
+        parse_scenario("rules:\n  - name: d\n    fault: {type: input_schema_drift, mode: retype, reject_old: true}\n")
