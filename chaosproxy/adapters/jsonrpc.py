@@ -44,7 +44,7 @@ class JsonRpcRelay:
     def expect(self, request: Message) -> None:
         rpc = request.rpc
         if rpc is not None and "method" in rpc and "id" in rpc:
-            self._pending[request.session, _key(rpc["id"])] = request
+            self._pending[request.session, rpc_key(rpc["id"])] = request
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
 
@@ -72,7 +72,7 @@ class JsonRpcRelay:
                       path=request.path, headers=headers, body=payload, route=request.route)
         rpc = msg.rpc
         if rpc is not None and "method" not in rpc and "id" in rpc:
-            correlated = self._pending.pop((session, _key(rpc["id"])), None)
+            correlated = self._pending.pop((session, rpc_key(rpc["id"])), None)
             msg.request = correlated if correlated is not None else request if request.rpc is not None else None
         before: list[bytes] = []
         for fired in self.engine.decide(msg, wire=False):
@@ -150,5 +150,6 @@ async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any]) -> None
         queue.put_nowait(_END)
 
 
-def _key(rpc_id: Any) -> Any:
+def rpc_key(rpc_id: Any) -> Any:
+    """A JSON-RPC id as a dict key (ids are strings or numbers; anything else is keyed by its JSON)."""
     return rpc_id if isinstance(rpc_id, str | int) else orjson.dumps(rpc_id)

@@ -23,7 +23,7 @@ from typing import IO, Any
 import orjson
 
 from chaosproxy.actions import Action, Delay, Drip, Garble, Hang, Notify, Reply, Reset, Respond, Truncate
-from chaosproxy.adapters.jsonrpc import MAX_PENDING, _key
+from chaosproxy.adapters.jsonrpc import MAX_PENDING, rpc_key
 from chaosproxy.engine import Engine
 from chaosproxy.log import ops
 from chaosproxy.mcp import error_reply
@@ -216,7 +216,7 @@ class StdioRelay:
         rpc = msg.rpc
         if rpc is None or "id" not in rpc:
             return None
-        key = _key(rpc["id"])
+        key = rpc_key(rpc["id"])
         if msg.phase is Phase.REQUEST:
             if "method" not in rpc:
                 return None  # the agent answering the server
