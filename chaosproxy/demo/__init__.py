@@ -32,7 +32,8 @@ def run_demo(log_path: Path | None = None) -> int:
     with open_engine("demo.yaml", scenario=parse_scenario(text, "demo.yaml"), log_path=log_path) as engine:
         run_async(_demo(engine))
     print(f"\nperturbation log: {log_path}  (one JSON line per fault and per call)")
-    print("replay this run exactly:  chaosproxy demo  (the bundled scenario pins seed 42)")
+    print("run it again: the bundled scenario pins seed 42, so the same calls meet the same faults "
+          "(only the token bucket follows the clock)")
     return 0
 
 
