@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -202,14 +203,19 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
 
 @contextlib.asynccontextmanager
 async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
-    """The control API (--control) and scenario reloading (SIGHUP, --watch), as every proxy command has them."""
+    """The control API (--control), scenario reloading (SIGHUP, --watch) and the log's periodic flush,
+    as every proxy command has them."""
     from chaosproxy.control import serve_control
     from chaosproxy.reload import reloading
 
     base_dir = args.scenario.parent if args.scenario else None
-    async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
-            reloading(engine, args.scenario, watch=args.watch):
-        yield
+    flusher = asyncio.create_task(engine.log.flush_periodically())
+    try:
+        async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
+                reloading(engine, args.scenario, watch=args.watch):
+            yield
+    finally:
+        flusher.cancel()
 
 
 def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream: str | None) -> dict[str, str]:
