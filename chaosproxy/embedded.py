@@ -87,6 +87,7 @@ class EmbeddedProxy:
         """The perturbation log so far (`event`: only fault, call, run or error lines); needs `log_path`."""
         if self.log_path is None:
             raise ValueError("the log goes to stderr: give log_path to read it back")
+        self._engine.log.flush()  # call lines are flushed in batches
         lines = (json.loads(line) for line in self.log_path.read_text().splitlines() if line)
         return [line for line in lines if event is None or line["event"] == event]
 
