@@ -51,7 +51,7 @@ class Message:
         """The JSON-RPC message in the body, or None when the body is not one."""
         if self._rpc is _UNPARSED:
             self._rpc = None
-            if self.body:
+            if self.body and b'"jsonrpc"' in self.body:  # a REST body is not parsed to find out
                 try:
                     parsed = orjson.loads(self.body)
                 except orjson.JSONDecodeError:

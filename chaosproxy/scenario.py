@@ -105,24 +105,20 @@ class ScenarioError(ValueError):
         self.problems = problems
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    path = Path(path)
+def read_text(path: Path) -> str:
+    """A scenario (or suite) file's text, or a ScenarioError saying why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
-    return parse_scenario(text, str(path), base_dir=path.parent)
 
 
-def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
-    """Validate YAML (or JSON) text; every problem is reported with the line it comes from.
-
-    Files a scenario names (a paraphrase mapping) are found relative to `base_dir`.
-    """
-    loader = yaml.SafeLoader(text)
+def compose(loader: yaml.SafeLoader, source: str) -> tuple[yaml.Node | None, Any]:
+    """The YAML node tree (for line numbers) and its data; a ScenarioError with the line of a syntax
+    error, or of a key given twice (YAML would quietly keep the last one and hide the mistake)."""
     try:
         root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else {}
+        data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"{mark.line + 1}" if mark is not None else "1"
@@ -130,10 +126,26 @@ def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None 
         raise ScenarioError([f"{source}:{line}: invalid YAML: {reason}"]) from None
     finally:
         loader.dispose()
+    if root is not None and (duplicates := _duplicate_keys(root, source)):
+        raise ScenarioError(duplicates)
+    return root, data
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    return parse_scenario(read_text(path), str(path), base_dir=path.parent)
+
+
+def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Validate YAML (or JSON) text; every problem is reported with the line it comes from.
+
+    Files a scenario names (a paraphrase mapping) are found relative to `base_dir`.
+    """
+    root, data = compose(yaml.SafeLoader(text), source)
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise ScenarioError([f"{source}:1: a scenario is a mapping with a 'rules' list"])
-    if duplicates := list(_duplicate_keys(root, source)):
-        raise ScenarioError(duplicates)
     try:
         return Scenario.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
@@ -141,7 +153,6 @@ def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None 
 
 
 def _duplicate_keys(node: yaml.Node, source: str) -> list[str]:
-    """YAML quietly keeps the last of two equal keys; in a scenario that hides a mistake, so report it."""
     problems: list[str] = []
     if isinstance(node, yaml.MappingNode):
         first_line: dict[Any, int] = {}
@@ -158,12 +169,12 @@ def _duplicate_keys(node: yaml.Node, source: str) -> list[str]:
 
 
 def _describe(error: Any, root: yaml.Node, source: str) -> str:
-    line, path = _locate(root, error["loc"])
+    line, path = locate(root, error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     return f"{source}:{line}: {path or 'scenario'}: {message}"
 
 
-def _locate(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[int, str]:
+def locate(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[int, str]:
     """The 1-based line and dotted path of the YAML node at pydantic's `loc`.
 
     Parts of `loc` that name no node (pydantic's tags for union members) are skipped.

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from chaosproxy.scenario import Rule, Scenario, ScenarioError
-from chaosproxy.scenario import _locate as locate  # the scenario's own FILE:LINE logic, tags skipped
+from chaosproxy.scenario import Rule, Scenario, ScenarioError, compose, read_text
+from chaosproxy.scenario import locate  # the scenario's own FILE:LINE logic, tags skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,21 +134,9 @@ class Suite:
 def load_suite(path: str | Path) -> Suite:
     """Read and check a suite: every bound and option of every template must make a valid rule."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
-    loader = _SuiteLoader(text)
+    loader = _SuiteLoader(read_text(path))
     loader.problems, loader.source = [], str(path)
-    try:
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ScenarioError([(f"{path}:{mark.line + 1 if mark else 1}: invalid YAML: "
-                             f"{getattr(exc, 'problem', None) or exc}")]) from None
-    finally:
-        loader.dispose()
+    root, data = compose(loader, str(path))
     if loader.problems:
         raise ScenarioError(loader.problems)
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list) or not data["rules"]:
