@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import content
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 
@@ -30,7 +31,7 @@ class TruncateText(ContentFault):
             raise ValueError("give exactly one of chars or fraction")
         return self
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         def cut(text: str) -> str:
             return content.truncate(text, chars=self.chars, fraction=self.fraction, marker=self.marker)
-        return content.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability)
+        return content.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
