@@ -20,7 +20,7 @@ import orjson
 from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
 from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
-from chaosproxy.mcp import error_reply, listed_tools, result_reply
+from chaosproxy.mcp import call_result, error_reply, listed_tools, result_reply
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import AgentView, SessionState
@@ -173,11 +173,16 @@ class Engine:
 
     def _learn(self, msg: Message) -> None:
         """Remember each tool's output schema as upstream lists it, before any rule reshapes the list,
-        so that content faults keep the tool's results valid for it."""
+        and its latest real structured result, so that faults keep the tool's results valid for it."""
+        view = self._session_of(msg).view
+        result = call_result(msg)
+        if result is not None:
+            if result.get("structuredContent") is not None and not result.get("isError") and msg.tool:
+                view.examples[msg.tool] = result["structuredContent"]
+            return
         tools = listed_tools(msg)
         if tools is None:
             return
-        view = self._session_of(msg).view
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
             if isinstance(name, str):
@@ -199,7 +204,7 @@ class Engine:
         steps: list[tuple[str, Callable[[], Fired | list[Fired] | None]]] = []
         if msg.phase is Phase.REQUEST and msg.method == "tools/call":
             steps.append(("tool routes", lambda: self._route(msg)))
-        elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method == "tools/list":
+        elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method in _LEARNED:
             steps.append(("learning output schemas", lambda: self._learn(msg)))
         rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
         steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg)) for rule in rules]
@@ -252,6 +257,8 @@ class Engine:
                 arguments = {route.arguments.get(key, key): value for key, value in arguments.items()}
                 name = route.real or name
                 params = {**rpc["params"], "name": name} | ({"arguments": arguments} if arguments else {})
+                if params == rpc["params"]:
+                    continue  # a call already in the upstream's shape (a drifted tool called the old way)
                 action = Rewrite({**rpc, "params": params})
                 rpc = action.message
             self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
@@ -321,6 +328,9 @@ class Engine:
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""
         self.load(self.scenario, keep_state=False)
+
+
+_LEARNED = frozenset({"tools/list", "tools/call"})
 
 
 def _changes_nothing(action: Action, msg: Message) -> bool:

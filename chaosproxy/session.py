@@ -66,11 +66,18 @@ class ToolRoutes:
 @dataclass(slots=True)
 class AgentView:
     """What follows the agent across its sessions on one upstream: the tool routes it was shown,
-    the output schema of every tool upstream listed, and every name upstream listed (all pages)."""
+    the output schema of every tool upstream listed, every name upstream listed (all pages), and
+    each tool's latest real structured result (an example that a made-up success can follow)."""
 
     routes: ToolRoutes = field(default_factory=ToolRoutes)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)
+    examples: dict[str, Any] = field(default_factory=dict)
+
+    def example_for(self, schema: dict[str, Any]) -> Any:
+        """A real structured result of a tool listed with exactly `schema`, or None."""
+        return next((self.examples[name] for name, other in self.output_schemas.items()
+                     if other == schema and name in self.examples), None)
 
 
 @dataclass(slots=True)

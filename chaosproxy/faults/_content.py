@@ -126,7 +126,7 @@ class ContentFault(Fault):
         """The new text of an item that restates structuredContent (it follows it), else None."""
         if text == _wrapped(structured):
             return new_structured["result"]
-        if not self._as_text(text) and content.as_json(text) == structured:
+        if (self.respect_schema or not self._as_text(text)) and content.as_json(text) == structured:
             return text if _same(new_structured, structured) else content.render_like(new_structured, text)
         return None
 

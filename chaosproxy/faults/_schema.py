@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from chaosproxy.content import Location, replaced_at, value_at
+from chaosproxy.faults.base import FaultContext
 
 # Strings an agent reads as identifiers, whatever the schema says.
 _FORMAT_LIKE = re.compile(
@@ -172,18 +173,26 @@ def _existing(value: Any, loc: Location) -> Location:
 # --- Made-up instances --------------------------------------------------------------------------
 
 
-def success_result(result: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any] | None:
+def passed_off_as_success(ctx: FaultContext, result: dict[str, Any]) -> dict[str, Any] | None:
+    """`result` claiming success in a form the agent's client accepts for the called tool (see
+    success_result), with the tool's own earlier results, or a twin tool's, as the example."""
+    schema = ctx.session.output_schemas.get(ctx.message.tool or "")
+    return success_result(result, schema, ctx.session.view.example_for(schema) if schema is not None else None)
+
+
+def success_result(result: dict[str, Any], schema: dict[str, Any] | None, example: Any = None) -> dict[str, Any] | None:
     """`result` passed off as a success (isError false) that a client validating `schema` accepts.
 
     A tool with an outputSchema must return valid structuredContent on success: a result without one
-    gets a small plausible instance (with the result's text in the SDKs' {"result": ...} wrapper of a
-    string-returning tool). None when no valid instance can be made.
+    gets `example` (a real earlier result for that schema) or a small plausible instance, with the
+    result's text in the SDKs' {"result": ...} wrapper of a string-returning tool. None when no valid
+    instance can be made.
     """
     result = {**result, "isError": False}
     if schema is None:
         return result
-    structured = result.get("structuredContent")
-    data = structured if structured is not None and is_valid(structured, schema) else sample(schema, schema, empty=False)
+    data = next((candidate for candidate in (result.get("structuredContent"), example, sample(schema, schema, empty=False))
+                 if candidate is not None and is_valid(candidate, schema)), None)
     if not isinstance(data, dict):
         return None
     texts = [item["text"] for item in result.get("content") or [] if isinstance(item, dict)

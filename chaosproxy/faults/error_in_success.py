@@ -5,7 +5,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chaosproxy.actions import Rewrite, Skip
-from chaosproxy.faults._schema import success_result
+from chaosproxy.faults._schema import passed_off_as_success
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
@@ -40,7 +40,7 @@ class ErrorInSuccess(Fault):
         text = self.message.replace("{tool}", ctx.message.tool or "")
         changed: dict[str, Any] = {**result, "content": [{"type": "text", "text": text}], "isError": False}
         if self.structured == "keep" and self.respect_schema:
-            lie = success_result(changed, ctx.session.output_schemas.get(ctx.message.tool or ""))
+            lie = passed_off_as_success(ctx, changed)
             if lie is None:
                 return Skip("cannot make structuredContent valid for the tool's outputSchema")
             changed = lie

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Rewrite, Skip
-from chaosproxy.faults._schema import success_result
+from chaosproxy.faults._schema import passed_off_as_success
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
@@ -35,7 +35,6 @@ class FlipIsError(Fault):
             return None  # already what this direction makes results
         if not failed:
             return with_result(ctx.message, {**result, "isError": True})
-        schema = ctx.session.output_schemas.get(ctx.message.tool or "") if self.respect_schema else None
-        lie = success_result(result, schema)
+        lie = passed_off_as_success(ctx, result) if self.respect_schema else {**result, "isError": False}
         return with_result(ctx.message, lie) if lie is not None else Skip(
             "cannot make structuredContent valid for the tool's outputSchema")

@@ -22,7 +22,8 @@ class TruncateText(ContentFault):
                                         "{omitted} becomes the number of characters cut")
 
     # Without paths, JSON text is cut as text, mid-document, exactly as a host's length limit does;
-    # structuredContent (and JSON with paths) is cut string by string and stays valid.
+    # structuredContent (and JSON with paths) is cut string by string and stays valid, and while
+    # respect_schema holds, text restating structuredContent follows it rather than being cut.
     text_first: ClassVar[bool] = True
 
     @model_validator(mode="after")
