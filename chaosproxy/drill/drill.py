@@ -17,6 +17,7 @@ from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.plan import RunSpec, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine import draw_seed
+from chaosproxy.otel import from_environment as otel_tracing
 
 RESULTS_FILE = "results.jsonl"
 DRILL_FILE = "drill.json"
@@ -35,8 +36,12 @@ def run_drill(config: DrillConfig) -> tuple[Path, list[dict[str, Any]]]:
     settings = {"version": __version__, "seed": seed, "started": started, "runs": len(specs),
                 "config": config.model_dump(mode="json")}
     (folder / DRILL_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    runs = [Run(spec, folder / spec.name, config) for spec in specs]
-    results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, Progress(len(runs))))
+    tracing = otel_tracing(False, run_id=folder.name, seed=seed)  # a root span per run when OTEL_* asks
+    runs = [Run(spec, folder / spec.name, config, tracing) for spec in specs]
+    try:
+        results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, Progress(len(runs))))
+    finally:
+        tracing.shutdown()
     return folder, [result.record() for result in results]
 
 

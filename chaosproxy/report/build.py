@@ -56,6 +56,7 @@ def build_report(path: Path) -> Report:
         log = path / result["run"] / "log.jsonl"
         sessions = read_sessions(log) if log.is_file() else []
         title = f"{result['run']} · {result['label']} · {result['status']}"
+        title += f" · trace {result['trace_id']}" if result.get("trace_id") else ""
         timelines += [Timeline(title + (f" · session {s.session}" if len(sessions) > 1 else ""),
                                result["status"], s) for s in sessions]
     return Report(str(path), generated, drill, build_profile(results),
