@@ -195,31 +195,32 @@ class ControlServer:
             return web.Response(text=text, content_type="application/yaml")
         return _json(scenario_json(self.engine.scenario))
 
-    async def _read_scenario(self, request: web.Request) -> Scenario | web.Response:
-        """The scenario in a request's body, or the error response that says why it cannot be put in force."""
+    async def _read_scenario(self, request: web.Request) -> Scenario | dict[str, Any]:
+        """The scenario in a request's body, or what says why it cannot be put in force."""
         try:
             text = (await request.read()).decode("utf-8")
         except UnicodeDecodeError:
-            return _error(400, "the scenario is not UTF-8 text")
+            return {"error": "the scenario is not UTF-8 text"}
         try:
             scenario = parse_scenario(text, request.query.get("source", "request"), self.base_dir)
         except ScenarioError as exc:
-            return _error(400, "invalid scenario; the one in force stays", problems=exc.problems)
+            return {"error": "invalid scenario; the one in force stays", "problems": exc.problems}
         if scenario.routes and scenario.routes != self.engine.scenario.routes:
-            return _error(400, "routes are fixed when the proxy starts; the scenario in force stays",
-                          routes=self.engine.scenario.routes)
+            return {"error": "routes are fixed when the proxy starts; the scenario in force stays",
+                    "routes": self.engine.scenario.routes}
         return scenario
 
     async def _check_scenario(self, request: web.Request) -> web.Response:
+        """Whether PUT /scenario would take this body; a refusal is an answer here, not an error."""
         scenario = await self._read_scenario(request)
-        if isinstance(scenario, web.Response):
-            return scenario
+        if isinstance(scenario, dict):
+            return _json({"valid": False, **scenario})
         return _json({"valid": True, "rules": [rule.name for rule in scenario.rules]})
 
     async def _put_scenario(self, request: web.Request) -> web.Response:
         scenario = await self._read_scenario(request)
-        if isinstance(scenario, web.Response):
-            return scenario
+        if isinstance(scenario, dict):
+            return _error(400, **scenario)
         self.engine.load(scenario)
         self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
         ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
