@@ -88,8 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     drill_command.add_arguments(sub.add_parser(
         "drill", help="run an agent against the proxy over scenarios x repetitions, clean baselines included",
         description=drill_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    drill_command.add_merge_arguments(sub.add_parser(
+        "merge", help="merge the shards of one drill (drill --shard I/N) into one drill's folder"))
     report_command.add_report_arguments(sub.add_parser(
-        "report", help="robustness profile and agent behaviour from a drill's folder or a log"))
+        "report", help="robustness profile and agent behaviour from a drill's folder or a log; "
+                       "two drills compared; gates for CI", description=report_command.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
     return parser
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(args.log)
         case "drill":
             return drill_command.main(args)
+        case "merge":
+            return drill_command.merge_main(args)
         case "report":
             return report_command.report_main(args)
         case "export":
