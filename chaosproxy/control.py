@@ -220,7 +220,7 @@ class ControlServer:
     async def _put_scenario(self, request: web.Request) -> web.Response:
         scenario = await self._read_scenario(request)
         if isinstance(scenario, dict):
-            return _error(400, **scenario)
+            return _error(400, scenario.pop("error"), **scenario)
         self.engine.load(scenario)
         self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
         ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
