@@ -10,7 +10,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from tests.llm_support import CHAT_TOOLS, PROMPT, RESULT, ScriptedLlm, llm, rules  # noqa: F401
+from tests.llm_support import CHAT_TOOLS, PROMPT, RESULT, ScriptedLlm, call_lines, llm, rules  # noqa: F401
 
 MODEL = "gpt-test"
 
@@ -64,7 +64,7 @@ def test_transparent_with_no_rule_firing(llm: ScriptedLlm, make_proxy: Any, stre
     assert llm.requests[start:] == seen_direct
     assert direct[0]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert proxy.events("fault") == []
-    calls = proxy.events("call")
+    calls = call_lines(proxy, 2)
     assert [(c["api"], c["model"], c["turn"]) for c in calls] == [("openai-chat", MODEL, 0), ("openai-chat", MODEL, 1)]
 
 
@@ -145,7 +145,7 @@ def test_rate_limit_retried_after_retry_after(llm: ScriptedLlm, make_proxy: Any)
     reply = first_turn(client(proxy.url, retries=2))
     assert time.monotonic() - started >= 0.55
     assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
-    calls = proxy.events("call")
+    calls = call_lines(proxy, 2)
     assert [c["status"] for c in calls] == [429, 200]
     fault = proxy.events("fault")[0]
     assert (fault["fault"], fault["api"], fault["model"]) == ("llm_error", "openai-chat", MODEL)
@@ -156,7 +156,7 @@ def test_quota_is_not_retried(llm: ScriptedLlm, make_proxy: Any) -> None:
     with pytest.raises(openai.RateLimitError) as raised:
         first_turn(client(proxy.url, retries=3))
     assert raised.value.code == "insufficient_quota"
-    assert len(proxy.events("call")) == 1
+    assert len(call_lines(proxy, 1)) == 1
 
 
 def test_overloaded_is_503(llm: ScriptedLlm, make_proxy: Any) -> None:
@@ -224,7 +224,7 @@ def test_stream_cut_before_done(llm: ScriptedLlm, make_proxy: Any) -> None:
             "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "a long enough answer please"}]})
     events = [e for e in body.text.split("\n\n") if e.strip()]
     assert len(events) == 3 and "[DONE]" not in body.text
-    assert proxy.events("call")[0]["outcome"] == "stream_cut"
+    assert call_lines(proxy, 1)[0]["outcome"] == "stream_cut"
 
 
 def test_bad_input_passes_untouched_with_a_skip_line(llm: ScriptedLlm, make_proxy: Any) -> None:
