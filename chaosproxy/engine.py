@@ -182,13 +182,15 @@ class Engine:
             state = self.sessions[key] = SessionState(shared)
         return state
 
-    def _session_of(self, msg: Message) -> SessionState:
+    def session_of(self, msg: Message) -> SessionState:
+        """The state of `msg`'s session, whose agent view is shared by every session on its upstream
+        (transport and route): tool routes and schemas survive a reconnect under a new session id."""
         return self.session(msg.session, f"{msg.transport} {msg.route or ''}")
 
     def _learn(self, msg: Message) -> None:
         """Remember each tool's output schema as upstream lists it, before any rule reshapes the list,
         and its latest real structured result, so that faults keep the tool's results valid for it."""
-        view = self._session_of(msg).view
+        view = self.session_of(msg).view
         result = call_result(msg)
         if result is not None:
             if result.get("structuredContent") is not None and not result.get("isError") and msg.tool:
@@ -248,7 +250,7 @@ class Engine:
         old shape, or answering it) applies in turn, down to the first rule. Each rule that routed
         the call is logged and attached to it.
         """
-        session = self._session_of(msg)
+        session = self.session_of(msg)
         session.tool_calls += 1
         rpc = msg.rpc
         name = msg.tool
@@ -291,7 +293,7 @@ class Engine:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             return None
-        session = self._session_of(msg)
+        session = self.session_of(msg)
         rule.fault.observe(msg, session)
         counter = compiled.counter(msg.session)
         seen = counter.keys.get(key) if key is not None else None

@@ -47,6 +47,12 @@ class ToolRoutes:
         """`route` for calls to `name`, replacing the route its rule left there before."""
         self._by_name.setdefault(name, {})[route.rule] = route
 
+    def drop(self, name: str, rule: str) -> None:
+        """Forget the route `rule` left for `name`."""
+        layers = self._by_name.get(name)
+        if layers is not None and layers.pop(rule, None) is not None and not layers:
+            del self._by_name[name]
+
     def layers(self, name: str) -> Iterator[ToolRoute]:
         """The routes left for `name`, one per rule."""
         return iter(self._by_name.get(name, {}).values())

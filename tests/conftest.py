@@ -83,3 +83,10 @@ def mcp_strict() -> Iterator[str]:
     """tests/strict_server.py: tools with strict output schemas (enums, formats, no extra keys)."""
     with serve("http", command=STRICT_SERVER) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def mcp_paged() -> Iterator[str]:
+    """tests/strict_server.py listing its tools two per page."""
+    with serve("http", "--page-size", "2", command=STRICT_SERVER) as url:
+        yield url

@@ -4,7 +4,7 @@ pydantic models with extra="forbid" (additionalProperties: false), Literal enums
 and formatted strings (uuid, date, uri): a result the client accepts from this server is valid
 data, so a fault that breaks it shows up as the client's validation error.
 
-  python -m tests.strict_server http --port 9011
+  python -m tests.strict_server http --port 9011 [--page-size N]   (tools/list in pages of N)
 """
 
 from __future__ import annotations
@@ -16,9 +16,25 @@ import uuid
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ListToolsResult
 from pydantic import AnyUrl, BaseModel, ConfigDict, Field
 
-server = MCPServer("strict-tools", version="1.0")
+
+class PagedServer(MCPServer):
+    """An MCPServer that lists its tools `page_size` at a time (the SDK's own lists them all at once)."""
+
+    page_size = 0
+
+    async def _handle_list_tools(self, ctx, params) -> ListToolsResult:  # type: ignore[no-untyped-def]
+        tools = await self.list_tools()
+        if not self.page_size:
+            return ListToolsResult(tools=tools)
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + self.page_size
+        return ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
+
+
+server = PagedServer("strict-tools", version="1.0")
 
 
 class Strict(BaseModel):
@@ -75,11 +91,19 @@ def summary(topic: str) -> str:
     return f"The {topic} backlog has 12 open tickets; most are about printers and VPN access."
 
 
+@server.tool()
+def search_tickets(query: str) -> str:
+    """Search tickets by keyword (a name a made-up tool could take: see tool_flood)."""
+    return f"3 tickets match {query!r}."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("transport", choices=["http"])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--page-size", type=int, default=0, help="list tools this many per page")
     args = parser.parse_args()
+    server.page_size = args.page_size
     asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=args.port))
 
 
