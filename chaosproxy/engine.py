@@ -118,6 +118,7 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self._compiled: list[_CompiledRule] = []
         self.load(scenario, keep_state=False)
 

@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -20,13 +20,14 @@ from chaosproxy.scenario import Scenario, load_scenario
 
 @contextlib.contextmanager
 def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
-                log_path: str | Path | None = None, scenario: Scenario | None = None) -> Iterator[Engine]:
+                log_path: str | Path | None = None, scenario: Scenario | None = None,
+                scenario_dirs: Iterable[Path] = ()) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Raises ScenarioError before anything is opened when the scenario is invalid.
     """
     if scenario is None:
-        scenario = load_scenario(scenario_path) if scenario_path is not None else Scenario()
+        scenario = load_scenario(scenario_path, scenario_dirs) if scenario_path is not None else Scenario()
     seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     stream: BinaryIO = open(log_path, "ab") if log_path is not None else sys.stderr.buffer  # noqa: SIM115
     log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed)
