@@ -22,6 +22,7 @@ from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
 from chaosproxy.mcp import error_reply, result_reply
 from chaosproxy.message import Message, Phase
+from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import SessionState
 
@@ -119,6 +120,7 @@ class Engine:
         self.log = log
         self.started = time.monotonic()
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
+        self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
         self.load(scenario, keep_state=False)
 
@@ -273,13 +275,16 @@ class Engine:
             extra["perturbed_digest"] = digest(perturbed)
             if msg.body is not None:
                 extra["original_digest"] = digest(msg.body)
-        self.log.fault(
+        fields = dict(
             rule=rule.name, fault=fault.type, component=fault.component, level=fault.level,
             phase=msg.phase, transport=msg.transport, session=msg.session, route=msg.route,
             http_method=msg.http_method, path=msg.path, method=msg.method, tool=msg.tool,
             rpc_id=msg.rpc_id, match_index=index, params=fault.params(),
             action=type(action).__name__.lower(), effect=effect, **extra,
         )
+        self.log.fault(**fields)
+        if (trace := (msg.request or msg).trace) is not None:  # the span of the call it hit
+            trace.fault(fields, action)
 
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from chaosproxy.otel import CallTrace
 
 
 class Phase(StrEnum):
@@ -27,7 +30,7 @@ class Message:
     """
 
     __slots__ = ("transport", "phase", "session", "http_method", "path", "headers", "status",
-                 "body", "request", "route", "_rpc")
+                 "body", "request", "route", "trace", "_rpc")
 
     def __init__(self, transport: str, phase: Phase, *, session: str = "-",
                  http_method: str | None = None, path: str | None = None,
@@ -45,6 +48,7 @@ class Message:
         self.request = request
         self.route = route
         self._rpc: Any = _UNPARSED
+        self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.otel)
 
     @property
     def rpc(self) -> dict[str, Any] | None:
