@@ -318,6 +318,12 @@ class Engine:
         if (trace := (msg.request or msg).trace) is not None:  # the span of the call it hit
             trace.fault(fields, action)
 
+    def rule_counts(self) -> dict[str, tuple[int, int]]:
+        """Each rule's matches and firings so far, over every session (the console shows them)."""
+        return {compiled.rule.name: (sum(c.matched for c in compiled.counters.values()),
+                                     sum(c.fired for c in compiled.counters.values()))
+                for compiled in self._compiled}
+
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""
         self.load(self.scenario, keep_state=False)
