@@ -89,8 +89,8 @@ class RunSpan:
     def environment(self, baggage: Mapping[str, Any]) -> dict[str, str]:
         return {}
 
-    def end(self, failed: bool = False) -> None:
-        pass
+    def end(self, status: str) -> None:
+        """The run is over with `status` (passed, failed, timeout, error)."""
 
 
 NO_TRACING = Tracing()
@@ -334,10 +334,11 @@ class _RunSpan(RunSpan):
                            if value is not None)
         return {"TRACEPARENT": self.traceparent, "BAGGAGE": entries}
 
-    def end(self, failed: bool = False) -> None:
+    def end(self, status: str) -> None:
         trace = self.tracing._trace
-        if failed:
-            self.span.set_status(trace.Status(trace.StatusCode.ERROR, "the run failed"))
+        self.span.set_attribute("chaosproxy.run.status", status)
+        if status != "passed":
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"the run {status}"))
         self.span.end()
 
 

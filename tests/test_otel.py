@@ -7,6 +7,7 @@ one, exporting its own spans too, so a test sees the whole chain: agent -> proxy
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -142,3 +143,51 @@ def test_no_endpoint_means_no_opentelemetry_import():
     done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+TRACED_AGENT = """
+import asyncio, json, os, shlex, sys
+from mcp import Client, StdioServerParameters
+print(json.dumps({key: os.environ.get(key) for key in ("TRACEPARENT", "BAGGAGE")}))
+async def main():
+    command, *args = shlex.split(os.environ["CHAOSPROXY_STDIO_COMMAND"])
+    async with Client(StdioServerParameters(command=command, args=args, env=dict(os.environ))) as client:
+        await client.call_tool("add", {"a": 1, "b": 2})
+asyncio.run(main())
+"""
+
+
+def test_each_drill_run_is_a_trace_its_agent_and_proxy_join(tmp_path: Path, receiver: Receiver):
+    """A root span per run; the agent gets TRACEPARENT and BAGGAGE; the proxy's spans land in the run's
+    trace even when the agent itself is not instrumented; results and the report name the trace."""
+    from chaosproxy.report.build import build_report
+
+    agent = tmp_path / "agent.py"
+    agent.write_text(TRACED_AGENT)
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("rules: [{name: slow, match: {tool: add}, fault: {type: latency, delay_ms: 10}}]\n")
+    out = tmp_path / "drill"
+    done = subprocess.run([sys.executable, "-m", "chaosproxy", "drill", "--agent", f"{sys.executable} {agent}",
+                           "--stdio", f"{sys.executable} -m chaosproxy.demo.mcp_server stdio", "--scenario", str(slow),
+                           "--seed", "5", "--timeout", "60", "--out", str(out)],
+                          env=otel_environment(receiver), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(results) == 2 and all(r["status"] == "passed" for r in results)
+    spans = receiver.wait_for(lambda spans: sum(s.name == "tools/call add" for s in spans) >= 2
+                              and sum(s.name.startswith("chaosproxy.drill") for s in spans) >= 2)
+    for result in results:
+        [root] = [s for s in spans if s.name == f"chaosproxy.drill {result['run']}"]
+        assert (root.parent_id, root.trace_id, root.kind) == ("", result["trace_id"], "INTERNAL")
+        assert root.attributes["chaosproxy.run.status"] == "passed"
+        assert root.attributes["chaosproxy.seed"] == result["seed"]
+        seen = json.loads((out / result["run"] / "agent.stdout").read_text().splitlines()[0])
+        assert seen["TRACEPARENT"].startswith(f"00-{root.trace_id}-{root.span_id}-")
+        assert seen["BAGGAGE"] == (f"chaosproxy.run={result['run']},chaosproxy.scenario={result['label']},"
+                                   f"chaosproxy.seed={result['seed']}")
+        [call] = [s for s in spans if s.name == "tools/call add" and s.trace_id == root.trace_id]
+        assert call.parent_id == root.span_id and call.service == "chaosproxy"
+    faulted = [s for s in spans if s.name == "chaosproxy.fault latency"]
+    assert [s.trace_id for s in faulted] == [results[1]["trace_id"]]
+    titles = [timeline.title for timeline in build_report(out).timelines]
+    assert any(f"trace {results[1]['trace_id']}" in title for title in titles)

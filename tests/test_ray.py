@@ -54,7 +54,7 @@ for city in ("lima", "oslo", "pune"):
 """
 # The test's cluster wants this token from every node and driver (Ray's dashboard and job API have none).
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-# Loopback addresses Ray takes as they are (it swaps 127.0.0.1 for a routable address in a multi-node cluster).
+# Loopback addresses Ray takes as they are (it swaps 127.0.0.1 for a routable one in a multi-node cluster).
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 
 

@@ -23,6 +23,7 @@ from chaosproxy import streams
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.engine import Engine, Fired
+from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
@@ -62,13 +63,14 @@ class Exchange:
 class Route:
     """Requests under `prefix` go to `upstream` with the prefix taken off ("/" takes everything else)."""
 
-    __slots__ = ("prefix", "name", "upstream", "relay")
+    __slots__ = ("prefix", "name", "upstream", "relay", "llm")
 
     def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str) -> None:
         self.prefix = prefix.rstrip("/")
         self.name = self.prefix.lstrip("/") or "default"
         self.upstream = str(URL(upstream)).rstrip("/")
         self.relay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
+        self.llm = LlmRelay(engine)  # model-API requests (chat/completions, messages, responses)
 
     def target(self, raw_path: str) -> str | None:
         """The upstream URL for a request path (with query), or None when the path is not under the prefix."""
@@ -157,6 +159,7 @@ class HttpProxy:
                 msg.body = body
 
         headers = forwardable(request.headers)
+        llm = route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg, exchange):
@@ -181,6 +184,13 @@ class HttpProxy:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 _mirror_rpc_headers(headers, msg)
+        if llm is not None:
+            original = msg.body
+            llm.faults = exchange.faults
+            llm.rewrite_request()
+            if msg.body is not original:
+                body = msg.body
+                headers.popall("Content-Length", None)
 
         if msg.body is not None and route.relay.watching:
             route.relay.expect(msg)
@@ -193,10 +203,10 @@ class HttpProxy:
             ops.warning("upstream %s unreachable for %s %s: %s", route.upstream, request.method, request.path, exc)
             return self._respond(_upstream_error(route.upstream, exc), exchange)
         async with upstream:
-            return await self._relay(request, msg, upstream, exchange, route.relay)
+            return await self._relay(request, msg, upstream, exchange, route.relay, llm)
 
     async def _relay(self, request: web.BaseRequest, msg: Message, upstream: aiohttp.ClientResponse,
-                     exchange: Exchange, relay: JsonRpcRelay) -> web.StreamResponse:
+                     exchange: Exchange, relay: JsonRpcRelay, llm: LlmExchange | None) -> web.StreamResponse:
         exchange.status = upstream.status
         headers = forwardable(upstream.headers, drop=frozenset({"content-length"}))
         length = upstream.content_length
@@ -206,24 +216,30 @@ class HttpProxy:
             reply = Message(self.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=upstream.headers, status=upstream.status, request=msg,
                             route=msg.route)
+            reply.api, reply.model, reply.turn = msg.api, msg.model, msg.turn
             actions = [fired.action for fired in self._decide(reply, exchange, messages=False)]
 
-        per_message = self.engine.active(Phase.RESPONSE, wire=False)
+        per_message = self.engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
         # JSON-RPC replies and plain JSON or text bodies are read whole when a rule acts on messages
         read_whole = per_message and not is_stream and is_text(upstream.headers.get("Content-Type", "")) \
             and (length is None or length <= RULE_BODY_LIMIT)
+        whole = (lambda payload: llm.relay_body(payload, upstream.status, upstream.headers)) if llm is not None \
+            else (lambda payload: relay.relay_body(payload, msg, headers))
         if not actions and length is not None and length <= SMALL_BODY and not is_stream:
             payload = await upstream.read()
             if read_whole:
-                payload = relay.relay_body(payload, msg, headers)
+                payload = whole(payload)
             exchange.bytes_out = len(payload)
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
 
         chunks: AsyncIterator[bytes] = upstream.content.iter_any()
-        if is_stream and (per_message or request.method == "GET"):
+        if is_stream and llm is not None:
+            if per_message:
+                chunks, length = llm.relay_events(chunks, upstream.headers), None
+        elif is_stream and (per_message or request.method == "GET"):
             chunks = relay.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
         elif read_whole:
-            payload = relay.relay_body(await upstream.read(), msg, headers)
+            payload = whole(await upstream.read())
             chunks, length = _once(payload), len(payload)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if length is not None and request.method != "HEAD":
@@ -281,7 +297,9 @@ class HttpProxy:
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
     fields: dict[str, Any] = {}
-    if msg.body is not None and (rpc := msg.rpc) is not None:
+    if msg.api is not None:
+        fields = {"api": msg.api, "model": msg.model, "turn": msg.turn}
+    elif msg.body is not None and (rpc := msg.rpc) is not None:
         fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
     engine.log.call(
         transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,

@@ -18,6 +18,7 @@ from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine import draw_seed
+from chaosproxy.otel import from_environment as otel_tracing
 
 
 def plan(config: DrillConfig, shard: Shard | None = None) -> tuple[int, list[RunSpec], list[RunSpec]]:
@@ -44,14 +45,19 @@ def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, li
     if shard is not None:
         settings["shard"] = {"index": shard.index, "count": shard.count, "runs": len(chosen)}
     (folder / DRILL_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    runs = [Run(spec, folder / spec.name, config) for spec in chosen]
-    progress = Progress(len(runs))
+    progress = Progress(len(chosen))
     if config.executor == "ray":
         from chaosproxy.drill.ray_executor import execute_on_ray
 
+        runs = [Run(spec, folder / spec.name, config) for spec in chosen]
         results = execute_on_ray(runs, config, folder / RESULTS_FILE, progress)
     else:
-        results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, progress))
+        tracing = otel_tracing(False, run_id=folder.name, seed=seed)  # a root span per run when OTEL_* asks
+        runs = [Run(spec, folder / spec.name, config, tracing) for spec in chosen]
+        try:
+            results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, progress))
+        finally:
+            tracing.shutdown()
     return folder, [result.record() for result in results]
 
 
@@ -64,7 +70,8 @@ def replay(run_folder: Path, agent: str | None = None) -> tuple[Path, dict[str, 
     settings = {key: recorded[key] for key in ("judge", "timeout", "upstream", "stdio")}
     config = DrillConfig.model_validate({**settings, "agent": agent or recorded["agent"]})
     spec = RunSpec(recorded["run"], recorded["label"], recorded["kind"],
-                   (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"])
+                   (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"],
+                   recorded.get("scenario_dir"))
     n = 1
     while (run_folder / f"replay-{n}").exists():
         n += 1

@@ -52,7 +52,7 @@ def carry_out(
         if target.exists():
             shutil.rmtree(target)  # what an earlier try left before its worker was lost
         workdir = Path(cwd) if Path(cwd).is_dir() else None
-        result = asyncio.run(Run(spec, target, config, workdir).execute())
+        result = asyncio.run(Run(spec, target, config, cwd=workdir).execute())
         files = (
             None
             if shared

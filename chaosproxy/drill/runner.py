@@ -27,6 +27,7 @@ from yarl import URL
 
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.plan import RunSpec
+from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.report.logfile import read_events
 
 PROXY_START_S = 20.0  # how long a proxy may take to start listening
@@ -62,6 +63,7 @@ class RunResult:
     faults: dict[str, int] = field(default_factory=dict)
     components: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    trace_id: str | None = None  # the run's trace, when spans are exported (chaosproxy.otel)
 
     @property
     def success(self) -> bool | None:
@@ -138,12 +140,15 @@ class _Group:
 class Run:
     """One run in its folder: scenario.yaml, log.jsonl, agent.stdout/.stderr, proxy.stderr, run.json."""
 
-    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig, cwd: Path | None = None) -> None:
+    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig, tracing: Tracing = NO_TRACING,
+                 cwd: Path | None = None) -> None:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
         self.cwd = cwd  # where the agent and the judge run (their relative paths); None: here
         self.groups: list[_Group] = []
+        self.tracing = tracing
+        self.trace_env: dict[str, str] = {}  # TRACEPARENT and BAGGAGE for the agent and the proxy
 
     async def execute(self) -> RunResult:
         spec = self.spec
@@ -152,6 +157,9 @@ class Run:
         (self.folder / "scenario.yaml").write_text(spec.scenario_text, encoding="utf-8")
         self._write_run_file(None)
         started = time.monotonic()
+        baggage = {"chaosproxy.run": spec.name, "chaosproxy.scenario": spec.label, "chaosproxy.seed": spec.seed}
+        span = self.tracing.run_span(f"chaosproxy.drill {spec.name}", {**baggage, "chaosproxy.run.kind": spec.kind})
+        self.trace_env, result.trace_id = span.environment(baggage), span.trace_id
         try:
             await self._carry_out(result)
         except _RunError as exc:
@@ -159,13 +167,15 @@ class Run:
         finally:
             for group in self.groups:
                 group.kill()
+            span.end(result.status)
         result.duration_s = round(time.monotonic() - started, 3)
         self._count_faults(result)
         self._write_run_file(result)
         return result
 
     async def _carry_out(self, result: RunResult) -> None:
-        env = {**_environment(), "CHAOSPROXY_RUN": str(self.folder), "CHAOSPROXY_SEED": str(self.spec.seed)}
+        env = {**_environment(), **self.trace_env, "CHAOSPROXY_RUN": str(self.folder),
+               "CHAOSPROXY_SEED": str(self.spec.seed)}
         proxy: _Group | None = None
         if self.config.upstream is not None:
             proxy, url = await self._start_proxy(self.config.upstream)
@@ -177,11 +187,16 @@ class Run:
         agent = await self._start("agent", shlex.split(self.config.agent), env)
         result.exit_code = await agent.wait(self.config.timeout)
         await agent.end()
-        if proxy is not None:
-            if proxy.proc.returncode is not None:
-                raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
-                                f"see {self.folder / 'proxy.stderr'}")
-            await proxy.end()
+        if proxy is not None and proxy.proc.returncode is not None:
+            raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
+                            f"see {self.folder / 'proxy.stderr'}")
+        try:  # the judge may still ask the proxy (its CHAOSPROXY_URL, the control API): stop it after
+            await self._judge(result, env)
+        finally:
+            if proxy is not None:
+                await proxy.end()
+
+    async def _judge(self, result: RunResult, env: dict[str, str]) -> None:
         if result.exit_code is None:
             result.status = "timeout"
             return
@@ -197,8 +212,10 @@ class Run:
         result.status = "passed" if result.judge_exit == 0 else "failed"
 
     def _chaosproxy(self, command: str) -> list[str]:
+        # The copied scenario.yaml names files relative to the folder it was copied from.
+        origin = ["--scenario-dir", self.spec.scenario_dir] if self.spec.scenario_dir else []
         return [sys.executable, "-m", "chaosproxy", command, "--scenario", str(self.folder / "scenario.yaml"),
-                "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
+                *origin, "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
 
     async def _start(self, role: str, argv: list[str], env: dict[str, str]) -> _Group:
         out, err = self.folder / f"{role}.stdout", self.folder / f"{role}.stderr"
@@ -213,7 +230,8 @@ class Run:
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         with open(stderr_path, "wb") as err:
-            proxy = await _Group.start(argv, env=_environment(), stdout=subprocess.DEVNULL, stderr=err)
+            proxy = await _Group.start(argv, env={**_environment(), **self.trace_env}, stdout=subprocess.DEVNULL,
+                                       stderr=err)
         self.groups.append(proxy)
         deadline = time.monotonic() + PROXY_START_S
         while (found := _LISTENING.search(stderr_path.read_bytes())) is None:
@@ -241,6 +259,7 @@ class Run:
         """What a replay needs, and (once known) how the run went."""
         spec, config = self.spec, self.config
         data = {"run": spec.name, "label": spec.label, "kind": spec.kind, "seed": spec.seed,
+                "scenario_dir": spec.scenario_dir,
                 "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
                 "upstream": config.upstream, "stdio": config.stdio,
                 "result": result.record() if result is not None else None}

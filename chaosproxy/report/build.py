@@ -49,6 +49,7 @@ def drill_report(drill: Drill) -> Report:
         log = drill.log(result["run"])
         sessions = read_sessions(log) if log.is_file() else []
         title = f"{result['run']} · {result['label']} · {result['status']}"
+        title += f" · trace {result['trace_id']}" if result.get("trace_id") else ""
         timelines += [Timeline(title + (f" · session {s.session}" if len(sessions) > 1 else ""),
                                result["status"], s) for s in sessions]
     return Report(", ".join(map(str, drill.sources)), _now(), drill.settings or None,
