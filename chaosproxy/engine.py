@@ -131,6 +131,7 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
         self.load(scenario, keep_state=False)

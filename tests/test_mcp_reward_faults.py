@@ -366,10 +366,10 @@ def test_bad_parameters_name_the_line_and_the_reason(fault, reason):
 
 
 @pytest.mark.parametrize("content,reason", [
-    ("search: [unclosed\n", "is not valid YAML (line 2)"),
+    ("search: [unclosed\n", "line 2: invalid YAML"),
     ("- a list\n", "must be a non-empty mapping"),
-    ("search: []\n", "'search' must map to a paraphrase (a non-empty string) or a non-empty list"),
-    ("search: [look up, 3]\n", "'search' must map to a paraphrase (a non-empty string) or a non-empty list"),
+    ("search: []\n", "line 1: a phrase must map to a paraphrase (a non-empty string) or a non-empty list"),
+    ("x: y\nsearch: [look up, 3]\n", "line 2: a phrase must map to a paraphrase (a non-empty string) or a non-empty"),
 ])
 def test_a_bad_mapping_file_is_rejected_at_load_time(tmp_path: Path, content, reason):
     mapping = tmp_path / "phrases.yaml"

@@ -173,11 +173,16 @@ class Run:
         agent = await self._start("agent", shlex.split(self.config.agent), env)
         result.exit_code = await agent.wait(self.config.timeout)
         await agent.end()
-        if proxy is not None:
-            if proxy.proc.returncode is not None:
-                raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
-                                f"see {self.folder / 'proxy.stderr'}")
-            await proxy.end()
+        if proxy is not None and proxy.proc.returncode is not None:
+            raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
+                            f"see {self.folder / 'proxy.stderr'}")
+        try:  # the judge may still ask the proxy (its CHAOSPROXY_URL, the control API): stop it after
+            await self._judge(result, env)
+        finally:
+            if proxy is not None:
+                await proxy.end()
+
+    async def _judge(self, result: RunResult, env: dict[str, str]) -> None:
         if result.exit_code is None:
             result.status = "timeout"
             return
@@ -193,8 +198,10 @@ class Run:
         result.status = "passed" if result.judge_exit == 0 else "failed"
 
     def _chaosproxy(self, command: str) -> list[str]:
+        # The copied scenario.yaml names files relative to the folder it was copied from.
+        origin = ["--scenario-dir", self.spec.scenario_dir] if self.spec.scenario_dir else []
         return [sys.executable, "-m", "chaosproxy", command, "--scenario", str(self.folder / "scenario.yaml"),
-                "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
+                *origin, "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
 
     async def _start(self, role: str, argv: list[str], env: dict[str, str]) -> _Group:
         out, err = self.folder / f"{role}.stdout", self.folder / f"{role}.stderr"
@@ -238,6 +245,7 @@ class Run:
         """What a replay needs, and (once known) how the run went."""
         spec, config = self.spec, self.config
         data = {"run": spec.name, "label": spec.label, "kind": spec.kind, "seed": spec.seed,
+                "scenario_dir": spec.scenario_dir,
                 "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
                 "upstream": config.upstream, "stdio": config.stdio,
                 "result": result.record() if result is not None else None}
