@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from chaosproxy import streams
+from chaosproxy.actions import Garble
 from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
@@ -222,9 +223,12 @@ class LlmExchange:
                 call = calls.get(result.call_id) or self._relayed_call(result.call_id)
                 message = view.tool_result(self.msg, call, result.result)
                 before = message.rpc
-                self._decide(message, content_key)
-                if message.rpc is not before and isinstance(after := (message.rpc or {}).get("result"), dict):
+                garbled = [f.action.raw for f in self._decide(message, content_key) if isinstance(f.action, Garble)]
+                if garbled:  # a broken frame: the model reads the broken text as the tool's result
+                    new = {"content": [{"type": "text", "text": garbled[-1].decode("utf-8", "replace")}]}
+                elif message.rpc is not before and isinstance(after := (message.rpc or {}).get("result"), dict):
                     new = after
+                if new is not None:
                     self.memory.history.remember(content_key, new)
             if new is not None and new != result.result:
                 if (reason := result.put(new)) is not None:

@@ -94,6 +94,7 @@ def synthetic(base: Message, phase: Phase, rpc: dict[str, Any], *, request: Mess
     msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
                   headers=headers if headers is not None else base.headers, request=request, route=base.route)
     msg.api, msg.model, msg.turn = base.api, base.model, base.turn
+    msg.trace = base.trace  # faults on the parts of a model-API call land on its span
     msg.replace(rpc)
     return msg
 
@@ -117,14 +118,13 @@ def tool_result(base: Message, call: ToolCall, result: dict[str, Any]) -> Messag
 
 
 def prompt(base: Message, text: str) -> Message:
-    return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": PROMPT,
-                                           "params": {"text": text}})
+    """The newest user turn, as a notification: faults that answer requests (rpc_error, timeout) pass it by."""
+    return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "method": PROMPT, "params": {"text": text}})
 
 
 def completion(base: Message, headers: dict[str, str]) -> Message:
-    request = synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": COMPLETION})
-    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": {}}, request=request,
-                     headers=headers)
+    """The model's reply as a whole (a notification, as the prompt is), before its body or stream is read."""
+    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": COMPLETION}, headers=headers)
 
 
 def result_to_mcp(content: Any, is_error: bool | None, text_type: str) -> dict[str, Any]:
