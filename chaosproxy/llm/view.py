@@ -94,6 +94,7 @@ def synthetic(base: Message, phase: Phase, rpc: dict[str, Any], *, request: Mess
     msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
                   headers=headers if headers is not None else base.headers, request=request, route=base.route)
     msg.api, msg.model, msg.turn = base.api, base.model, base.turn
+    msg.trace = base.trace  # faults on the parts of a model-API call land on its span
     msg.replace(rpc)
     return msg
 
