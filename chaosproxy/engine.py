@@ -345,7 +345,9 @@ class Engine:
 
     def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
         fault = rule.fault
-        effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
+        # the action's own fields, not a deep copy of them (a rewritten tools array can be large)
+        effect = {f.name: value for f in dataclasses.fields(action)
+                  if not isinstance(value := getattr(action, f.name), bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
         if msg.api is not None:
