@@ -201,6 +201,18 @@ async def test_listed_host_is_intercepted_and_faulted_unlisted_host_tunnelled(ma
     assert all(c["transport"] == "mitm" and c["route"] == "localhost" for c in calls)
 
 
+async def test_a_listed_ip_does_not_let_in_the_names_that_resolve_to_it(make_mitm):
+    """--hosts 127.0.0.1: https://127.0.0.1 is intercepted, https://localhost (also 127.0.0.1) is not."""
+    mitm = make_mitm(rule("teapot", {"type": "http_error", "status": 418}), hosts="127.0.0.1")
+    status, _, _ = await mitm.fetch(mitm.tunnelled + "/health")  # 127.0.0.1: listed, mitmproxy's certificate
+    assert status == 418
+    status, _, body = await mitm.fetch(mitm.intercepted + "/health", trust=mitm.real_ca)  # localhost: real one
+    assert (status, body) == (200, b"ok")
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await mitm.fetch(mitm.intercepted + "/health")
+    assert [fault["route"] for fault in mitm.events("fault")] == ["127.0.0.1"]
+
+
 async def test_idle_proxy_is_transparent(make_mitm):
     mitm = make_mitm()
     body = bytes(range(256)) * 400
@@ -361,7 +373,7 @@ async def test_stream_cut_after_events(make_mitm):
     assert status == 200  # a clean end: the body was delimited by the connection's close
     assert body.count(b"event: tick") == 2 and body.endswith(b"\n\n")
     [call] = await mitm.events_soon("call", 1)
-    assert (call["outcome"], call["bytes_out"]) == ("ok", len(body))
+    assert (call["outcome"], call["bytes_out"], call["faults"]) == ("stream_cut", len(body), ["cut"])
 
 
 async def test_stream_cut_idle_starves_the_client(make_mitm):

@@ -50,6 +50,8 @@ _KEY = "chaosproxy"  # our state in flow.metadata
 # given an origin no endpoint names.
 _NO_UPSTREAM = URL("http://chaosproxy.invalid")
 _HOST_GLOB = re.compile(r"[A-Za-z0-9._*?:-]+")
+_IPV4 = r"\d{1,3}(?:\.\d{1,3}){3}"
+_IPV6 = r"[0-9A-Fa-f]*:[0-9A-Fa-f:.]*"  # at least one colon beside the port's: never a host name
 
 
 class HostPatterns:
@@ -79,8 +81,22 @@ class HostPatterns:
 
     @property
     def allow_hosts(self) -> list[str]:
-        """mitmproxy's `allow_hosts`: regexes on "host:port" (the CONNECT target, SNI, Host header or peer IP)."""
+        """mitmproxy's `allow_hosts`: regexes on "host:port" (the CONNECT target, SNI, Host header or peer IP).
+
+        A connection is decrypted when any of those names matches one, so a listed IP would also
+        let in every name that resolves to it (--hosts 127.0.0.1 let localhost in): see ignore_hosts.
+        """
         return [rf"^(?:{regex}):\d+$" for regex in self._regexes]
+
+    @property
+    def ignore_hosts(self) -> list[str]:
+        """mitmproxy's `ignore_hosts`: a connection is tunnelled when a name the agent asked for (the
+        CONNECT target, SNI, Host header) is not listed. IP addresses are exempt, since the peer IP
+        mitmproxy also checks is where a listed name resolved to, not a name the agent chose."""
+        if not self._regexes:
+            return []
+        listed = "|".join(f"(?:{regex})" for regex in self._regexes)
+        return [rf"^(?!(?:{listed}):\d+$)(?!{_IPV4}:\d+$)(?!\[?{_IPV6}\]?:\d+$).+$"]
 
     def __str__(self) -> str:
         return ", ".join(self.globs) if self.globs else "every host"
@@ -449,6 +465,7 @@ class _Shaper:
                 self.state.outcome = "reset"
                 wire.reset()  # type: ignore[union-attr]
             case "eof":
+                self.state.outcome = "stream_cut"
                 wire.close()  # type: ignore[union-attr]
             case "idle":
                 self.state.outcome = "stream_idle"
@@ -691,7 +708,7 @@ class MitmProxy:
         try:
             master.options.update(
                 mode=["regular"], listen_host=host, listen_port=port, confdir=str(self.confdir),
-                allow_hosts=self.hosts.allow_hosts,
+                allow_hosts=self.hosts.allow_hosts, ignore_hosts=self.hosts.ignore_hosts,
                 # HTTP/1.1 to both sides: a reset or a truncation then hits one exchange, as under `run`
                 http2=False,
                 ssl_verify_upstream_trusted_ca=str(self.upstream_ca) if self.upstream_ca else None,
