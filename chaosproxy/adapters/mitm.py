@@ -187,6 +187,8 @@ class ChaosAddon:
         state = flow.metadata[_KEY] = _Flow(msg)
         length = _body_length(request.headers, response=False)
         wanted = RULE_BODY_LIMIT if self.engine.needs_body else SMALL_BODY
+        if length is None and self.engine.needs_body and "json" in request.headers.get("content-type", ""):
+            return  # a chunked JSON(-RPC) request: read whole, decided on its messages at the request hook
         if length is None or length > wanted:  # decided on the headers; the body streams through
             request.stream = True
             await self._on_request(flow, state)
@@ -211,18 +213,20 @@ class ChaosAddon:
         is_stream = "text/event-stream" in content_type
         length = _body_length(headers, response=True)
         actions = []
+        reply = Message(TRANSPORT, Phase.RESPONSE, session=state.msg.session, http_method=state.msg.http_method,
+                        path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
+                        route=state.msg.route)
         if self.engine.active(Phase.RESPONSE):
-            reply = Message(TRANSPORT, Phase.RESPONSE, session=state.msg.session, http_method=state.msg.http_method,
-                            path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
-                            route=state.msg.route)
             actions = [fired.action for fired in self._decide(reply, state, messages=False)]
         for action in actions:
             if isinstance(action, Delay):
                 await asyncio.sleep(action.seconds)
         shaping = [action for action in actions if isinstance(action, Drip | Truncate | Reset | CutStream)]
         per_message = self.engine.active(Phase.RESPONSE, wire=False)
-        read_whole = per_message and not is_stream and is_text(content_type) \
-            and (length is None or length <= RULE_BODY_LIMIT)
+        # A body of unknown length (chunked) is read whole only when a rule may act on this very
+        # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
+        read_whole = per_message and not is_stream and is_text(content_type) and (
+            length <= RULE_BODY_LIMIT if length is not None else self.engine.wants_body(reply))
         if not shaping and (read_whole or (not is_stream and length is not None and length <= SMALL_BODY)):
             state.read_whole = read_whole  # buffered: mitmproxy keeps Content-Length right if a fault changes it
             return
@@ -477,10 +481,19 @@ class _WholeBody(_Stage):
 
     def __init__(self, relay: JsonRpcRelay, request: Message, headers: http.Headers) -> None:
         self.relay, self.request, self.headers = relay, request, headers
-        self.parts: list[bytes] = []
+        self.parts: list[bytes] | None = []
+        self.size = 0
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
+        if self.parts is None:  # past the limit: streaming on
+            return chunks
         self.parts += chunks
+        self.size += sum(map(len, chunks))
+        if self.size > RULE_BODY_LIMIT:
+            ops.warning("mitm: %s %s: a body past %d bytes is passed on undecided", self.request.http_method,
+                        self.request.path, RULE_BODY_LIMIT)
+            held, self.parts = self.parts, None
+            return held
         if not end:
             return []
         return [self.relay.relay_body(b"".join(self.parts), self.request, self.headers)]  # type: ignore[arg-type]
