@@ -281,7 +281,7 @@ class LlmExchange:
     def watching(self) -> bool:
         """True when the reply may need rewriting: a rule acts on completions or tool calls, or the
         session has tool routes to undo."""
-        routes = self.engine.session(self.msg.session).routes
+        routes = self.engine.session_of(self.msg).routes
         return self.interest.calls or self.interest.completion or bool(routes) or bool(self.memory.counterparts)
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
@@ -334,7 +334,7 @@ class LlmExchange:
                         empty = mode
                     case StreamError(after_events, event, data) if streamed:
                         error_after, error = after_events, (event, data)
-        calls = self.interest.calls or bool(self.engine.session(self.msg.session).routes) \
+        calls = self.interest.calls or bool(self.engine.session_of(self.msg).routes) \
             or bool(self.memory.counterparts)
         return StreamPlan(self._edit_call if calls else None, empty, error_after, error)
 
