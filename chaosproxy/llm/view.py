@@ -166,6 +166,16 @@ def flagless_result(holder: dict[str, Any], key: str, call_id: str, text_type: s
     return ToolResult(call_id, result_to_mcp(original, None, text_type), put, newest)
 
 
+def named_choice(body: dict[str, Any]) -> Text | None:
+    """A `tool_choice` that forces one tool by name, in any of the three formats' shapes."""
+    choice = body.get("tool_choice")
+    holder = choice.get("function") if isinstance(choice, dict) and isinstance(choice.get("function"), dict) \
+        else choice
+    if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
+        return None
+    return Text(holder["name"], lambda name: holder.__setitem__("name", name))
+
+
 def result_to_mcp(content: Any, is_error: bool | None, text_type: str) -> dict[str, Any]:
     """A tool result's content (a string, or a list of typed parts) as an MCP tools/call result."""
     if isinstance(content, str):
