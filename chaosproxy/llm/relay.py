@@ -204,12 +204,18 @@ class LlmExchange:
         if not fired or listing.rpc is before:
             return False
         shown = listing.rpc["result"]["tools"]  # type: ignore[index]
+        names = {tool["name"] for tool in shown}
+        shown_as: dict[str, str] = {}  # the agent's name of a tool that is listed under another name only
         for tool in shown:
-            original = tool.get(view.ORIGINAL)
-            real = _name_of_entry(original)
+            real = _name_of_entry(tool.get(view.ORIGINAL))
             if real is not None and real != tool["name"]:
                 self.memory.counterparts.remember(tool["name"], real)
+                if real not in names:
+                    shown_as.setdefault(real, tool["name"])
         self.request.put_tools(shown)
+        choice = view.named_choice(self.body)
+        if choice is not None and choice.text in shown_as:  # a forced tool_choice follows its tool's new name
+            choice.put(shown_as[choice.text])
         return True
 
     def _results(self) -> bool:
@@ -287,6 +293,9 @@ class LlmExchange:
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         """A whole (non-streamed) reply, with its tool calls and completion decided on."""
         if not self.watching or status != 200:
+            return payload
+        if (encoding := headers.get("Content-Encoding", "identity")) != "identity":
+            self.relay.skip(self.msg, f"the model API's reply is {encoding}-encoded")
             return payload
         try:
             body = orjson.loads(payload)
