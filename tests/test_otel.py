@@ -92,13 +92,16 @@ def check_call_spans(receiver: Receiver, network: str) -> dict[str, Span]:
         assert isinstance(attributes["jsonrpc.request.id"], str)
         assert attributes["network.transport"] == network
         assert attributes["mcp.protocol.version"]
-        assert attributes["chaosproxy.run_id"] and isinstance(attributes["chaosproxy.seed"], int)
+        assert span.resource["chaosproxy.run_id"] and isinstance(span.resource["chaosproxy.seed"], int)
+        assert span.resource["service.name"] == "chaosproxy"
     assert "chaosproxy.fault.type" not in add.attributes and add.status == "UNSET"
 
     assert search.attributes["chaosproxy.fault.type"] == "latency"
     assert search.attributes["chaosproxy.fault.rule"] == "slow-search"
     assert search.attributes["chaosproxy.fault.component"] == "transition"
     assert search.attributes["chaosproxy.fault.level"] == "transport"
+    assert (search.attributes["chaosproxy.seed"], search.attributes["chaosproxy.run_id"]) == (
+        search.resource["chaosproxy.seed"], search.resource["chaosproxy.run_id"])
     assert search.status == "UNSET" and search.seconds >= DELAY_S
     [(event, fields)] = search.events
     assert (event, fields["rule"], fields["fault"], fields["tool"]) == ("chaosproxy.fault", "slow-search",
