@@ -380,5 +380,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--event-delay-ms", type=float, default=0.0, help="pause between streamed events")
     args = parser.parse_args()
-    web.run_app(ScriptedModel().app, host=args.host, port=args.port, access_log=None)
+    web.run_app(ScriptedModel(args.event_delay_ms / 1000).app, host=args.host, port=args.port, access_log=None)

@@ -127,6 +127,45 @@ def completion(base: Message, headers: dict[str, str]) -> Message:
     return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": COMPLETION}, headers=headers)
 
 
+def messages_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], Request, int]:
+    """A request whose history is a `messages` list (Chat Completions, Messages): the list, the Request
+    with its model, stream flag and turn, and the index of the last assistant message (-1: none)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise FormatError("no 'messages' list of objects")
+    model = body.get("model")
+    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True,
+                      turn=len(assistant))
+    return messages, request, assistant[-1] if assistant else -1
+
+
+def user_text(holder: dict[str, Any], text_type: str) -> Text | None:
+    """A user turn's text: its `content` string, or its last part of type `text_type` (a turn of tool
+    results has none)."""
+    content = holder.get("content")
+    if isinstance(content, str):
+        return Text(content, lambda text: holder.__setitem__("content", text))
+    for part in reversed(content if isinstance(content, list) else []):
+        if isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str):
+            return Text(part["text"], lambda text, part=part: part.__setitem__("text", text))
+    return None
+
+
+def flagless_result(holder: dict[str, Any], key: str, call_id: str, text_type: str, *, newest: bool,
+                    carrier: str) -> ToolResult:
+    """A tool result kept under `key` of a format's item that has no error flag (`carrier` names it)."""
+    original = holder.get(key)
+
+    def put(result: dict[str, Any]) -> str | None:
+        if result.get("isError") is True:
+            return f"{carrier} carry no error flag"
+        holder[key] = result_from_mcp(result, original, text_type)
+        return None
+
+    return ToolResult(call_id, result_to_mcp(original, None, text_type), put, newest)
+
+
 def result_to_mcp(content: Any, is_error: bool | None, text_type: str) -> dict[str, Any]:
     """A tool result's content (a string, or a list of typed parts) as an MCP tools/call result."""
     if isinstance(content, str):
