@@ -130,17 +130,16 @@ class OtlpTracing(Tracing):
     """Spans exported over OTLP/HTTP with the SDK's batch span processor, on a provider of its own.
 
     A provider of its own, not the global one: an agent that embeds the proxy keeps its tracing.
-    `endpoint` (the full traces URL) and `simple` (export each span at once) are for tests.
     """
 
     on = True
 
-    def __init__(self, *, run_id: str, seed: int, endpoint: str | None = None, simple: bool = False) -> None:
+    def __init__(self, *, run_id: str, seed: int) -> None:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -152,8 +151,7 @@ class OtlpTracing(Tracing):
             resource = resource.merge(Resource({SERVICE_NAME: "chaosproxy"}))
         resource = _resource_hashed_once(Resource)(resource.attributes, resource.schema_url)
         self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # sampler: OTEL_TRACES_SAMPLER
-        exporter = OTLPSpanExporter(endpoint=endpoint)
-        self.provider.add_span_processor(SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # both read OTEL_* themselves
         self.tracer = self.provider.get_tracer("chaosproxy", __version__)
         self.run_id = run_id
         self.seed = seed
@@ -195,7 +193,7 @@ class OtlpTracing(Tracing):
                 attributes["url.full"] = url
         span = self.tracer.start_span(name, context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes,
                                       links=links)
-        msg.trace = call = _Span(self, span)
+        msg.trace = _Span(self, span)
         context = span.get_span_context()
         carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
         if context.trace_state:
