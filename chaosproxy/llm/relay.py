@@ -210,9 +210,13 @@ class LlmExchange:
             return False
         shown = listing.rpc["result"]["tools"]  # type: ignore[index]
         names = {tool["name"] for tool in shown}
+        entries = self.body["tools"]
+        untouched = {id(tool) for tool in tools}
         shown_as: dict[str, str] = {}  # the agent's name of a tool that is listed under another name only
         for tool in shown:
-            real = _name_of_entry(tool.get(view.ORIGINAL))
+            if id(tool) in untouched:
+                continue
+            real = _name_of_entry(view.template_of(tool, entries))
             if real is not None and real != tool["name"]:
                 self.memory.counterparts.remember(tool["name"], real)
                 if real not in names:
