@@ -103,6 +103,10 @@ class _CompiledRule:
             return False
         return all(check(msg) for check in self.checks)
 
+    def could_match(self, msg: Message) -> bool:
+        """True unless what is known before the body (route, path, headers, the request) rules it out."""
+        return self.rule.enabled and all(check(msg) for check in self.checks)
+
     def counter(self, session: str) -> _Counter:
         key = session if self.rule.scope == "session" else "*"
         counter = self.counters.get(key)
@@ -172,6 +176,14 @@ class Engine:
         if phase is Phase.REQUEST and messages and self._routes_calls:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
+
+    def wants_body(self, msg: Message) -> bool:
+        """True when a rule acting on messages could act on `msg`, judged before its body arrives.
+
+        Adapters read a body of unknown length (chunked) whole only then: an unrelated rule must not
+        make every large text response wait for its last byte.
+        """
+        return any(rule.could_match(msg) for rule in self._by_kind[msg.phase, True])
 
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""
