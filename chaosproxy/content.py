@@ -19,9 +19,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jsonpath
+if TYPE_CHECKING:
+    import jsonpath
 
 type Location = tuple[str | int, ...]
 
@@ -69,14 +70,21 @@ def size(value: Any) -> int:
 
 # --- Targeting ------------------------------------------------------------------------------
 
-_JSONPATH = jsonpath.JSONPathEnvironment(strict=True)
+@functools.cache
+def _jsonpath_environment() -> jsonpath.JSONPathEnvironment:
+    """Made on first use: loading JSONPath (its lexer's patterns) costs every proxy ~50 ms of start-up."""
+    import jsonpath
+
+    return jsonpath.JSONPathEnvironment(strict=True)
 
 
 @functools.lru_cache(maxsize=256)
 def compile_path(path: str) -> jsonpath.JSONPath | jsonpath.CompoundJSONPath:
     """An RFC 9535 JSONPath query (strict: no extensions), or ValueError saying what is wrong with it."""
+    import jsonpath
+
     try:
-        return _JSONPATH.compile(path)
+        return _jsonpath_environment().compile(path)
     except jsonpath.JSONPathError as exc:
         raise ValueError(f"invalid JSONPath {path!r}: {exc.args[0]}") from None
 

@@ -34,6 +34,8 @@ PROXY_START_S = 20.0  # how long a proxy may take to start listening
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
 _LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+) ")
 RUN_FILE = "run.json"
+# A run's proxy uses no pydantic plugins; looking for them would scan every installed package (~20 ms a run).
+PROXY_ENVIRONMENT = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
 _PR_SET_PDEATHSIG = 1
 _PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
 
@@ -230,15 +232,15 @@ class Run:
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         with open(stderr_path, "wb") as err:
-            proxy = await _Group.start(argv, env={**_environment(), **self.trace_env}, stdout=subprocess.DEVNULL,
-                                       stderr=err)
+            proxy = await _Group.start(argv, env={**_environment(), **PROXY_ENVIRONMENT, **self.trace_env},
+                                       stdout=subprocess.DEVNULL, stderr=err)
         self.groups.append(proxy)
         deadline = time.monotonic() + PROXY_START_S
         while (found := _LISTENING.search(stderr_path.read_bytes())) is None:
             if proxy.proc.returncode is not None or time.monotonic() > deadline:
                 tail = stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
                 raise _RunError("the proxy did not start: " + (" | ".join(tail) or "no output"))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         path = target.raw_path if target.raw_path != "/" else ""
         query = f"?{target.raw_query_string}" if target.raw_query_string else ""
         return proxy, f"http://127.0.0.1:{int(found.group(1))}{path}{query}"

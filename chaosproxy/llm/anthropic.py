@@ -40,13 +40,13 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("input_schema"), entry)
+    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("input_schema"), i)
                  if isinstance(entry, dict) and entry.get("type", "custom") == "custom" and "input_schema" in entry
-                 else None for entry in tools]
+                 else None for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = {key: value for key, value in (tool.get(view.ORIGINAL) or {}).items()
+    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+        template = {key: value for key, value in (original or {}).items()
                     if key not in ("name", "description", "input_schema")}
         return {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
                 "input_schema": tool.get("inputSchema", {"type": "object"}), **template}
@@ -64,8 +64,8 @@ def _result(block: dict[str, Any], *, newest: bool) -> ToolResult:
             block["is_error"] = result["isError"]
         return None
 
-    return ToolResult(block["tool_use_id"], view.result_to_mcp(original, is_error if isinstance(is_error, bool)
-                                                               else None, TEXT), put, newest)
+    flag = is_error if isinstance(is_error, bool) else None
+    return ToolResult(block["tool_use_id"], lambda: view.result_to_mcp(original, flag, TEXT), put, newest)
 
 
 def _is_tool_use(block: dict[str, Any]) -> bool:

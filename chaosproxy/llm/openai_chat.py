@@ -38,13 +38,13 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), entry)
+    converted = [view.function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), i)
                  if isinstance(entry, dict) and entry.get("type") == "function"
-                 and isinstance(fn := entry.get("function"), dict) else None for entry in tools]
+                 and isinstance(fn := entry.get("function"), dict) else None for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = tool.get(view.ORIGINAL) or {"type": "function", "function": {}}
+    def back(tool: dict[str, Any], template: dict[str, Any] | None) -> dict[str, Any]:
+        template = template or {"type": "function", "function": {}}
         function = {key: value for key, value in template["function"].items()
                     if key not in ("name", "description", "parameters")}
         function = {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),

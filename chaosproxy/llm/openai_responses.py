@@ -53,12 +53,13 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("parameters"), entry)
-                 if isinstance(entry, dict) and entry.get("type") == "function" else None for entry in tools]
+    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("parameters"), i)
+                 if isinstance(entry, dict) and entry.get("type") == "function" else None
+                 for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = {key: value for key, value in (tool.get(view.ORIGINAL) or {"type": "function"}).items()
+    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+        template = {key: value for key, value in (original or {"type": "function"}).items()
                     if key not in ("name", "description", "parameters")}
         return {**template, "name": tool["name"],
                 **({"description": tool["description"]} if "description" in tool else {}),

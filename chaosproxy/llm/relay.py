@@ -26,12 +26,14 @@ from chaosproxy.actions import Garble
 from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
+from chaosproxy.faults._llm import LlmFault
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
     openai_responses, view
 from chaosproxy.llm.actions import EmptyCompletion, StreamError
 from chaosproxy.llm.stream import StreamPlan
 from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
 from chaosproxy.message import Message, Phase
+from chaosproxy.scenario import Scenario
 
 FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
 MAX_SESSIONS = 1024
@@ -91,8 +93,7 @@ def _interest(engine: Engine) -> _Interest:
         prompt=any(target(r) == "prompt" for r in message),
         calls=any(r.fault.phase is Phase.REQUEST and target(r) != "prompt" for r in message),
         completion=any(target(r) == "completion" for r in message),
-        any_llm=any(r.match.api or r.match.model or r.fault.level is Level.LLM
-                    or r.fault.type.startswith("llm_") for r in rules),
+        any_llm=any(r.match.api or r.match.model or isinstance(r.fault, LlmFault) for r in rules),
     )
 
 
@@ -102,16 +103,20 @@ class LlmRelay:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions: OrderedDict[str, Memory] = OrderedDict()
-        self._interest: tuple[int, _Interest] | None = None
+        self._state_of: object = engine.sessions  # the engine's session table this memory goes with
+        self._interest: tuple[Scenario, _Interest] | None = None
 
     @property
     def interest(self) -> _Interest:
-        scenario = id(self.engine.scenario)
-        if self._interest is None or self._interest[0] != scenario:
+        scenario = self.engine.scenario
+        if self._interest is None or self._interest[0] is not scenario:
             self._interest = (scenario, _interest(self.engine))
         return self._interest[1]
 
     def memory(self, session: str) -> Memory:
+        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions (a reset): so do we
+            self._sessions.clear()
+            self._state_of = self.engine.sessions
         memory = self._sessions.get(session)
         if memory is None:
             memory = self._sessions[session] = Memory()
@@ -208,9 +213,13 @@ class LlmExchange:
             return False
         shown = listing.rpc["result"]["tools"]  # type: ignore[index]
         names = {tool["name"] for tool in shown}
+        entries = self.body["tools"]
+        untouched = {id(tool) for tool in tools}
         shown_as: dict[str, str] = {}  # the agent's name of a tool that is listed under another name only
         for tool in shown:
-            real = _name_of_entry(tool.get(view.ORIGINAL))
+            if id(tool) in untouched:
+                continue
+            real = _name_of_entry(view.template_of(tool, entries))
             if real is not None and real != tool["name"]:
                 self.memory.counterparts.remember(tool["name"], real)
                 if real not in names:

@@ -19,7 +19,8 @@ from chaosproxy.message import Message, Phase
 
 PROMPT = "llm/prompt"
 COMPLETION = "llm/completion"
-ORIGINAL = "_chaosproxy_original"  # the format's own entry, kept inside an MCP-shaped tool or content item
+ORIGINAL = "_chaosproxy_original"  # inside an MCP-shaped tool: the index of the format's own entry it came
+# from; inside a content item: the format's own part (an image) that has no MCP form here
 
 
 class FormatError(ValueError):
@@ -43,9 +44,16 @@ class ToolResult:
     """
 
     call_id: str
-    result: dict[str, Any]
+    read: Callable[[], dict[str, Any]]  # the MCP form, built when first asked for (old results rarely are)
     put: Callable[[dict[str, Any]], str | None]
     newest: bool
+    _result: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> dict[str, Any]:
+        if self._result is None:
+            self._result = self.read()
+        return self._result
 
 
 @dataclass(slots=True)
@@ -163,7 +171,7 @@ def flagless_result(holder: dict[str, Any], key: str, call_id: str, text_type: s
         holder[key] = result_from_mcp(result, original, text_type)
         return None
 
-    return ToolResult(call_id, result_to_mcp(original, None, text_type), put, newest)
+    return ToolResult(call_id, lambda: result_to_mcp(original, None, text_type), put, newest)
 
 
 def named_choice(body: dict[str, Any]) -> Text | None:
@@ -216,22 +224,33 @@ def _is_text(part: Any, text_type: str) -> bool:
     return isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str)
 
 
-def function_tool(name: Any, description: Any, schema: Any, original: dict[str, Any]) -> dict[str, Any] | None:
-    """An MCP-shaped tool for a format's function tool (None when it has no usable name)."""
+def function_tool(name: Any, description: Any, schema: Any, index: int) -> dict[str, Any] | None:
+    """An MCP-shaped tool for the format's function tool at `index` of its tools array (None when it
+    has no usable name). Copies a fault makes (a duplicate, a distractor) keep the index."""
     if not isinstance(name, str) or not name:
         return None
     tool: dict[str, Any] = {"name": name, "inputSchema": schema if isinstance(schema, dict) else {"type": "object"},
-                            ORIGINAL: original}
+                            ORIGINAL: index}
     if isinstance(description, str):
         tool["description"] = description
     return tool
 
 
+def template_of(tool: dict[str, Any], entries: list[Any]) -> dict[str, Any] | None:
+    """The format's entry an MCP-shaped tool came from (None for a tool a fault made up)."""
+    index = tool.get(ORIGINAL)
+    entry = entries[index] if isinstance(index, int) and 0 <= index < len(entries) else None
+    return entry if isinstance(entry, dict) else None
+
+
 def merged_tools(original: list[Any], converted: list[dict[str, Any] | None], shown: list[dict[str, Any]],
-                 back: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Any]:
+                 back: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]]) -> list[Any]:
     """The format's tools array after a fault changed the MCP-shaped list: the function tools as the
-    fault left them (`back` turns each into the format's entry), the others (built-in tools) where they were."""
-    out = [back(tool) for tool in shown]
+    fault left them (`back` turns each into the format's entry, from the entry it came from if any),
+    the others (built-in tools) where they were."""
+    kept = {id(tool): i for i, tool in enumerate(converted) if tool is not None}  # tools no fault touched
+    out = [original[kept[id(tool)]] if id(tool) in kept and converted[kept[id(tool)]] is tool
+           else back(tool, template_of(tool, original)) for tool in shown]
     for i, (entry, tool) in enumerate(zip(original, converted, strict=True)):
         if tool is None:
             out.insert(min(i, len(out)), entry)
