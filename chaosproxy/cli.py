@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -115,6 +116,18 @@ def _route(value: str) -> tuple[str, str]:
     return prefix.strip(), url.strip()
 
 
+def _positive[T: (int, float)](kind: Callable[[str], T]) -> Callable[[str], T]:
+    def parse(value: str) -> T:
+        try:
+            number = kind(value)
+        except ValueError:
+            number = None
+        if number is None or not number > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {value!r}")
+        return number
+    return parse
+
+
 def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
     from_env = [Path(folder) for folder in (_env("SCENARIO_DIR") or "").split(os.pathsep) if folder]
     parser.add_argument("--scenario-dir", type=Path, action="append", default=from_env, dest="scenario_dirs",
@@ -137,6 +150,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                              "$CHAOSPROXY_CONTROL_TOKEN or --control-token-file: a flag shows in ps")
     parser.add_argument("--control-token-file", type=Path, default=_env("CONTROL_TOKEN_FILE"), metavar="FILE",
                         help="read the control API's bearer token from FILE (its first line)")
+    parser.add_argument("--session-ttl", type=_positive(float), default=_env("SESSION_TTL", "1800"), metavar="SECONDS",
+                        help="forget an agent session's state after it is idle this long (default 1800)")
+    parser.add_argument("--max-sessions", type=_positive(int), default=_env("MAX_SESSIONS", "10000"), metavar="N",
+                        help="hold state for at most N sessions, the least recently used going first "
+                             "(default 10000)")
     parser.add_argument("--watch", action="store_true",
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
     parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
@@ -201,6 +219,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
     host, port = args.listen
     try:
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log,
+                         session_ttl=args.session_ttl, max_sessions=args.max_sessions,
                          otel=args.otel) as engine:
             async def serve() -> None:
                 async with _controlled(engine, args):
@@ -233,11 +252,14 @@ async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[No
 
     roots = [*([args.scenario.parent] if args.scenario else []), *args.scenario_dirs]
     flusher = asyncio.create_task(engine.log.flush_periodically())
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, engine.log.reopen)  # logrotate: the log file again, by name
     try:
         async with serve_control(engine, args.control, _control_token(args), file_roots=roots), \
                 reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
             yield
     finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
         flusher.cancel()
 
 
@@ -283,7 +305,8 @@ def _stdio(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     try:
         with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel,
-                         scenario_dirs=args.scenario_dirs) as engine:
+                         scenario_dirs=args.scenario_dirs, session_ttl=args.session_ttl,
+                         max_sessions=args.max_sessions) as engine:
             agent_in, agent_out = claim_stdio()
 
             async def relay() -> int:

@@ -9,6 +9,7 @@ Toxiproxy-style, so chaos drills can be scripted:
   GET /events           the perturbation log as it is written, one JSON object a line (?event=fault;
                         ?last=N first replays the last N fault lines, up to 200)
   GET /metrics          Prometheus text
+  GET /sessions         the sessions the proxy holds state for: count, limits and a page (?offset=&limit=)
   GET /healthz, GET /version
   GET /                 the live console, one self-contained page (chaosproxy/data/console.html)
   GET /stats            rules with their matched/fired counts, call and fault totals, active sessions
@@ -112,7 +113,7 @@ class ControlServer:
         self.file_roots = tuple(file_roots)
         self.max_subscribers = max_subscribers
         self.event_queue = event_queue
-        self.metrics = LogMetrics()
+        self.metrics = LogMetrics(lambda: len(engine.sessions))
         self._dropped = Counter("chaosproxy_control_events_dropped",
                                 "Events not sent to a slow /events client", registry=self.metrics.registry)
         self._subscribers = Gauge("chaosproxy_control_event_subscribers", "Clients reading /events",
@@ -138,6 +139,7 @@ class ControlServer:
         app.router.add_post("/reset", self._reset)
         app.router.add_get("/events", self._events)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/sessions", self._sessions)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/version", self._version)
         app.router.add_get("/", self._console)
@@ -311,6 +313,17 @@ class ControlServer:
     async def _metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _sessions(self, request: web.Request) -> web.Response:
+        try:
+            offset = max(0, int(request.query.get("offset", 0)))
+            limit = min(1000, max(0, int(request.query.get("limit", 100))))
+        except ValueError:
+            return _error(400, "offset and limit are whole numbers")
+        table = self.engine.sessions
+        page = table.page(offset, limit)
+        return _json({"count": len(table), "ttl_s": table.ttl, "max_sessions": table.limit,
+                      "offset": offset, "sessions": page})
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return _json({"status": "ok"})

@@ -26,6 +26,7 @@ from chaosproxy.message import Message, Phase
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import SessionState
+from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S, SessionTable
 
 
 def draw_seed() -> int:
@@ -127,10 +128,12 @@ def _header_check(name: str, is_value: Callable[[str], bool]) -> Callable[[Messa
 class Engine:
     """Decides, per message, which faults fire. One engine serves every adapter of a run."""
 
-    def __init__(self, scenario: Scenario, *, seed: int, log: PerturbationLog) -> None:
+    def __init__(self, scenario: Scenario, *, seed: int, log: PerturbationLog,
+                 session_ttl: float = SESSION_TTL_S, max_sessions: int = MAX_SESSIONS) -> None:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self.sessions = SessionTable(self._session_changed, ttl=session_ttl, limit=max_sessions)
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
@@ -161,8 +164,7 @@ class Engine:
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
         if not keep_state:
-            self.sessions: dict[str, SessionState] = {}
-            self._ordinals: dict[str, int] = {}
+            self.sessions.clear()
 
     def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
         """False when no rule can act here: adapters then skip building messages at all."""
@@ -171,10 +173,18 @@ class Engine:
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
 
     def session(self, key: str) -> SessionState:
-        state = self.sessions.get(key)
-        if state is None:
-            state = self.sessions[key] = SessionState()
-        return state
+        return self.sessions.enter(key).state
+
+    def end_session(self, key: str, reason: str = "ended") -> None:
+        """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""
+        self.sessions.end(key, reason)
+
+    def _session_changed(self, key: str, change: str, reason: str) -> None:
+        """A session's state was dropped (its per-session counters with it), or a dropped one came back."""
+        if change == "dropped":
+            for compiled in self._compiled:
+                compiled.counters.pop(key, None)
+        self.log.session(session=key, change=change, reason=reason)
 
     def decide(self, msg: Message, *, wire: bool = True, messages: bool = True,
                key: str | None = None) -> list[Fired]:
@@ -248,7 +258,8 @@ class Engine:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             return None
-        rule.fault.observe(msg, self.session(msg.session))
+        session = self.sessions.enter(msg.session)  # before its counters: they go when it goes
+        rule.fault.observe(msg, session.state)
         counter = compiled.counter(msg.session)
         seen = counter.keys.get(key) if key is not None else None
         if seen is None:
@@ -275,11 +286,10 @@ class Engine:
             # One stream per (seed, rule, session, match index): the same run meets the same faults
             # however requests from different sessions interleave. Sessions count by order of first
             # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
-            ordinal = self._ordinals.setdefault(msg.session, len(self._ordinals) + 1)
-            rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
+            rng = random.Random(f"{self.seed}:{rule.name}:{session.ordinal}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
-        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
+        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, session.state, rule.name))
         if action is None:
             return None
         if isinstance(action, Skip):

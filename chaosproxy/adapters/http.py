@@ -145,6 +145,9 @@ class HttpProxy:
             raise
         finally:
             log_call(self.engine, self.transport, msg, exchange)
+            if request.method == "DELETE" and "Mcp-Session-Id" in request.headers and \
+                    exchange.status is not None and exchange.status < 300:  # the agent ended its MCP session
+                self.engine.end_session(session)
 
     async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: Exchange, route: Route,
                      url: str) -> web.StreamResponse:

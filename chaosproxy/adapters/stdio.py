@@ -172,6 +172,7 @@ class StdioRelay:
                 await asyncio.to_thread(out_copier.join, DRAIN_GRACE)
             for call in list(self._pending.values()):
                 self._finish(call, "unanswered")
+            self.engine.end_session(self.session)  # one agent per relay: its session ends with it
         status = exit_status(self.server.returncode)
         if status:
             ops.warning("server command exited with status %d", status)
