@@ -212,7 +212,6 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
-    from chaosproxy.control import ControlConfigError
     from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
 
@@ -234,7 +233,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                         ops.info("stopping")
                         await proxy.stop()
             run_async(serve())
-    except (ControlConfigError, OtelUnavailable) as exc:
+    except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
@@ -247,20 +246,33 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
 async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
     """The control API (--control), scenario reloading (SIGHUP, --watch) and the log's periodic flush,
     as every proxy command has them."""
-    from chaosproxy.control import serve_control
     from chaosproxy.reload import reloading
 
     roots = [*([args.scenario.parent] if args.scenario else []), *args.scenario_dirs]
+    control: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+    if args.control is not None:  # the control API (aiohttp's server, prometheus) is loaded only when asked for
+        from chaosproxy.control import serve_control
+        control = serve_control(engine, args.control, _control_token(args), file_roots=roots)
     flusher = asyncio.create_task(engine.log.flush_periodically())
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, engine.log.reopen)  # logrotate: the log file again, by name
     try:
-        async with serve_control(engine, args.control, _control_token(args), file_roots=roots), \
-                reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
+        async with control, reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
             yield
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
         flusher.cancel()
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+def _control_config_error() -> type[Exception]:
+    """ControlConfigError, if the control API was loaded (only it raises that), without loading it: an
+    `except` clause evaluates this only when an exception is on its way."""
+    control = sys.modules.get("chaosproxy.control")
+    return control.ControlConfigError if control is not None else _NeverRaised
 
 
 def _control_token(args: argparse.Namespace) -> str | None:
@@ -294,7 +306,6 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
-    from chaosproxy.control import ControlConfigError
     from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async
 
@@ -316,7 +327,7 @@ def _stdio(args: argparse.Namespace) -> int:
                              engine.seed, len(engine.scenario.rules))
                     return await StdioRelay(engine, server).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, ControlConfigError, OtelUnavailable) as exc:
+    except (ScenarioError, _control_config_error(), OtelUnavailable) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:

@@ -26,11 +26,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from chaosproxy import __version__
 from chaosproxy.actions import Action, CutStream, Delay, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
+from chaosproxy.llm import ANTHROPIC
 from chaosproxy.log import ops
 
 if TYPE_CHECKING:
@@ -63,13 +65,13 @@ class Tracing:
 
     on = False
 
-    def start(self, msg: Message, *, network: str, server: tuple[str, int | None] | None = None,
-              url: str | None = None, session_id: str | None = None) -> dict[str, str]:
+    def start(self, msg: Message, *, network: str, url: str | None = None,
+              session_id: str | None = None) -> dict[str, str]:
         """Open the span of the call `msg` starts and put the proxy's context into its `_meta`.
 
         Returns the HTTP headers to forward in place of the agent's `traceparent`/`tracestate`.
-        `network` is `tcp` or `pipe`; `server` the real upstream's address; `url` the upstream URL
-        of an HTTP call; `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`).
+        `network` is `tcp` or `pipe`; `url` the upstream URL of an HTTP call (the real server's
+        address); `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`).
         """
         return {}
 
@@ -158,8 +160,8 @@ class OtlpTracing(Tracing):
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
         ops.info("exporting OpenTelemetry spans over OTLP/HTTP (service %s)", resource.attributes.get(SERVICE_NAME))
 
-    def start(self, msg: Message, *, network: str, server: tuple[str, int | None] | None = None,
-              url: str | None = None, session_id: str | None = None) -> dict[str, str]:
+    def start(self, msg: Message, *, network: str, url: str | None = None,
+              session_id: str | None = None) -> dict[str, str]:
         trace = self._trace
         rpc = msg.rpc if msg.body else None
         method = rpc.get("method") if rpc is not None else None
@@ -176,14 +178,16 @@ class OtlpTracing(Tracing):
                 links = [trace.Link(header_span, {"chaosproxy.link": "http.traceparent"})]
         attributes: dict[str, Any] = {"network.transport": network, "chaosproxy.run_id": self.run_id,
                                       "chaosproxy.seed": self.seed}
-        if server is not None:
-            attributes["server.address"] = server[0]
-            if server[1] is not None:
-                attributes["server.port"] = server[1]
+        if url is not None:
+            server = urlsplit(url)
+            attributes["server.address"] = server.hostname
+            attributes["server.port"] = server.port or (443 if server.scheme == "https" else 80)
         if msg.http_method is not None:
             attributes["network.protocol.name"] = "http"
         if isinstance(method, str):
             name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)
+        elif msg.api is not None:
+            name = _genai_attributes(attributes, msg)
         else:
             name = msg.http_method or "call"
             attributes["http.request.method"] = msg.http_method
@@ -340,6 +344,18 @@ class _RunSpan(RunSpan):
         if status != "passed":
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"the run {status}"))
         self.span.end()
+
+
+def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:
+    """The GenAI conventions' attributes for a model-API call (LLM-gateway mode); returns the span's name."""
+    attributes["gen_ai.operation.name"] = "chat"
+    attributes["gen_ai.provider.name"] = "anthropic" if msg.api == ANTHROPIC else "openai"
+    attributes["chaosproxy.llm.api"] = msg.api
+    attributes["http.request.method"] = msg.http_method
+    if msg.model is not None:
+        attributes["gen_ai.request.model"] = msg.model
+        return f"chat {msg.model}"
+    return "chat"
 
 
 def _failure(action: Action) -> str | None:

@@ -51,8 +51,8 @@ class SessionTable:
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
-    def enter(self, key: str, now: float | None = None) -> Session:
-        """The session for `key`, made fresh when it is new or was idle too long; marks it used now."""
+    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState, now: float | None = None) -> Session:
+        """The session for `key`, made with `fresh()` when it is new or was idle too long; marks it used now."""
         now = time.monotonic() if now is None else now
         entry = self._entries.get(key)
         if entry is not None:
@@ -62,7 +62,7 @@ class SessionTable:
                 return entry
             self._drop(key, "idle")
         self._expire(now)
-        entry = self._entries[key] = Session(key, self._next_ordinal, SessionState(), now)
+        entry = self._entries[key] = Session(key, self._next_ordinal, fresh(), now)
         self._next_ordinal += 1
         if (reason := self._gone.pop(key, None)) is not None:
             self._on_change(key, "restarted", reason)
@@ -76,12 +76,6 @@ class SessionTable:
             return False
         self._drop(key, reason)
         return True
-
-    def clear(self) -> None:
-        """Forget every session and start numbering over (POST /reset)."""
-        self._entries.clear()
-        self._gone.clear()
-        self._next_ordinal = 1
 
     def page(self, offset: int = 0, limit: int = 100, now: float | None = None) -> list[dict[str, Any]]:
         """Sessions, most recently used first, as the control API shows them."""

@@ -198,6 +198,8 @@ class HttpProxy:
             if msg.body is not original:
                 body = msg.body
                 headers.popall("Content-Length", None)
+            if llm.watching:  # the reply will be read: ask for it uncompressed
+                headers["Accept-Encoding"] = "identity"
 
         if msg.body is not None and route.relay.watching:
             route.relay.expect(msg)

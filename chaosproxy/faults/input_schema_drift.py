@@ -70,9 +70,9 @@ class InputSchemaDrift(Fault):
                 schema["properties"] = {new if key == name else key: value
                                         for key, value in schema["properties"].items()}
                 schema["required"] = [new if key == name else key for key in required]
-                ctx.session.routes[tool["name"]] = ToolRoute(
+                ctx.session.routes.add(tool["name"], ToolRoute(
                     ctx.rule, self.type, real=tool["name"], arguments={new: name},
-                    refused=frozenset({name}) if self.reject_old else frozenset())
+                    refused=frozenset({name}) if self.reject_old else frozenset()))
             case "retype":
                 old_type = schema["properties"][name].get("type", "string")
                 schema["properties"][name] = {**schema["properties"][name],
