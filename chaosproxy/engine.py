@@ -94,6 +94,7 @@ class _CompiledRule:
             checks.append(lambda msg: (tool := msg.tool) is not None and is_tool(tool))
         self.checks = checks
         self.on_messages = rule.fault.on_messages
+        self.methods = rule.fault.methods
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
@@ -102,6 +103,8 @@ class _CompiledRule:
     def matches(self, msg: Message) -> bool:
         if self.on_messages and msg.rpc is None and not self.on_plain_bodies:
             return False
+        if self.methods is not None and msg.rpc is not None and msg.method not in self.methods:
+            return False  # a JSON-RPC message the fault cannot change: it does not count toward the gates
         return all(check(msg) for check in self.checks)
 
     def could_match(self, msg: Message) -> bool:

@@ -131,7 +131,7 @@ def drill_file(tmp_path: Path, upstream: str) -> Path:
     return drill
 
 
-def drill(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+def drill(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CHAOSPROXY, "drill", *args],
         capture_output=True,
@@ -152,6 +152,7 @@ def outcome(folder: Path) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.timeout(900)
 def test_a_drill_on_a_ray_cluster_gives_the_local_executors_results(
     cluster: str, drill_file: Path, tmp_path: Path
 ) -> None:
@@ -205,6 +206,7 @@ def _processes_mentioning(text: str) -> list[int]:
     return [pid for pid in pids if _alive(pid)]
 
 
+@pytest.mark.timeout(900)
 def test_killing_a_ray_worker_mid_drill_loses_no_run(cluster: str, drill_file: Path, tmp_path: Path) -> None:
     markers, out = tmp_path / "markers", tmp_path / "ray"
     drill_file.write_text(drill_file.read_text().replace(f"{markers} 0", f"{markers} 1.5"))
