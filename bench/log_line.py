@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaosproxy.log import PerturbationLog, open_log_file
+from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
 
 BUDGET_US = 5.0
 FIELDS = {"transport": "http", "session": "127.0.0.1", "route": "default", "http_method": "POST", "path": "/mcp",
@@ -24,7 +24,7 @@ FIELDS = {"transport": "http", "session": "127.0.0.1", "route": "default", "http
 
 
 def per_line_us(path: Path, lines: int, listener: bool) -> float:
-    log = PerturbationLog(open_log_file(path), run_id="0123456789ab", seed=42, path=path)
+    log = PerturbationLog(open_log_file(path), run_id="0123456789ab", seed=42, path=path, batch_s=CALL_FLUSH_S)
     if listener:
         seen: list[int] = [0]
         log.subscribe(lambda fields: seen.__setitem__(0, seen[0] + 1))

@@ -1,9 +1,9 @@
 """The perturbation log (JSON lines, machine-read) and the operational log (human-read, stderr).
 
 Every line is a dict serialised by orjson, with no processor chain in between: a call line is
-written per request, and a chain of processors cost ~50 µs where this costs a few. Call and session
-lines are gathered and written in a batch (at most every CALL_FLUSH_S, and at every exit); every
-other line is written at once. A failing write (a full disk, a log file made unwritable) never stops
+written per request, and a chain of processors cost ~50 µs where this costs a few. A running proxy
+gathers call and session lines and writes them in a batch (every CALL_FLUSH_S, and at every exit);
+every other line is written at once, as is every line of a log made without `batch_s`. A failing write (a full disk, a log file made unwritable) never stops
 the proxy: it is reported once on stderr, lines are kept (up to a bound) and written when it works
 again. `reopen()` (SIGUSR1) opens the log file again by name, for logrotate.
 """
@@ -25,6 +25,7 @@ import orjson
 
 ops = logging.getLogger("chaosproxy")
 
+CALL_FLUSH_S = 0.25  # a running proxy's batch: a tailed log lags by at most this
 MAX_PENDING_BYTES = 64 << 20  # lines kept while the log cannot be written; the oldest go beyond this
 
 
@@ -71,12 +72,11 @@ class PerturbationLog:
     Listeners (the control API's live event stream, metrics) get each line's fields as it is written.
     """
 
-    # Call lines (one per request) are written at most this often, or by `flush()`: a write system
-    # call per request costs more than the rest of the line.
-    CALL_FLUSH_S = 0.25
-
-    def __init__(self, stream: BinaryIO, *, run_id: str, seed: int, path: Path | None = None) -> None:
-        """`path`: the file `stream` was opened from, so `reopen()` can open it again after a rotation."""
+    def __init__(self, stream: BinaryIO, *, run_id: str, seed: int, path: Path | None = None,
+                 batch_s: float = 0.0) -> None:
+        """`path`: the file `stream` was opened from, so `reopen()` can open it again after a rotation.
+        `batch_s`: write call and session lines at most this often (CALL_FLUSH_S for a proxy: a write
+        system call per request costs more than the rest of the line); 0 writes each line at once."""
         self.run_id = run_id
         self.seed = seed
         self.path = path
@@ -88,6 +88,7 @@ class PerturbationLog:
         self._lost = 0  # lines dropped while the log could not be written
         self._failing = False
         self._flushed = time.monotonic()
+        self.batch_s = batch_s
         self._clock = _Clock()
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
@@ -98,12 +99,14 @@ class PerturbationLog:
     def call(self, **fields: Any) -> None:
         """One proxied request, whatever befell it (the hot path: one per request)."""
         self._write({"ts": self._clock.now(), "event": "call", "run_id": self.run_id, "seed": self.seed, **fields})
-        if time.monotonic() - self._flushed >= self.CALL_FLUSH_S:
+        if time.monotonic() - self._flushed >= self.batch_s:
             self.flush()
 
     def session(self, **fields: Any) -> None:
         """A session's state was dropped (ended, idle, evicted) or a dropped session came back."""
         self._write(self._line("session", fields))
+        if time.monotonic() - self._flushed >= self.batch_s:
+            self.flush()
 
     def fault(self, **fields: Any) -> None:
         self._write(self._line("fault", fields))
@@ -172,7 +175,7 @@ class PerturbationLog:
     async def flush_periodically(self) -> None:
         """Flush buffered call lines while the proxy runs, so a tailed log lags by a fraction of a second."""
         while True:
-            await asyncio.sleep(self.CALL_FLUSH_S)
+            await asyncio.sleep(self.batch_s or CALL_FLUSH_S)
             self.flush()
 
     def reopen(self) -> None:

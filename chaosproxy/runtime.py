@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 from chaosproxy import __version__
 from chaosproxy.engine import Engine, draw_seed
-from chaosproxy.log import PerturbationLog, open_log_file
+from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
 from chaosproxy.otel import NO_TRACING
 from chaosproxy.otel import from_environment as otel_tracing
 from chaosproxy.scenario import Scenario, load_scenario
@@ -37,7 +37,7 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     path = Path(log_path) if log_path is not None else None
     stream: BinaryIO = open_log_file(path) if path is not None else sys.stderr.buffer
-    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path)
+    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S)
     tracing = NO_TRACING
     try:
         tracing = otel_tracing(otel, run_id=log.run_id, seed=seed)

@@ -40,7 +40,6 @@ class RunningProxy:
         self.log_path = log_path
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        self.engine.log.flush()  # call lines are written in batches
         lines = [json.loads(line) for line in self.log_path.read_text().splitlines()]
         return [line for line in lines if kind is None or line["event"] == kind]
 
