@@ -62,6 +62,7 @@ class RunResult:
     exit_code: int | None = None
     judge_exit: int | None = None
     duration_s: float = 0.0
+    proxy_start_s: float | None = None  # from starting the run's proxy to its listening (--upstream runs)
     faults: dict[str, int] = field(default_factory=dict)
     components: dict[str, int] = field(default_factory=dict)
     error: str | None = None
@@ -180,7 +181,9 @@ class Run:
                "CHAOSPROXY_SEED": str(self.spec.seed)}
         proxy: _Group | None = None
         if self.config.upstream is not None:
+            starting = time.monotonic()
             proxy, url = await self._start_proxy(self.config.upstream)
+            result.proxy_start_s = round(time.monotonic() - starting, 3)
             env["CHAOSPROXY_URL"] = url
         else:
             assert self.config.stdio is not None
