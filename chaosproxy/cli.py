@@ -42,7 +42,8 @@ def _upstream_url(value: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"chaosproxy {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug-level operational log")
+    parser.add_argument("-v", "--verbose", action="store_true", default=_env_flag("VERBOSE"),
+                        help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults",
@@ -105,6 +106,11 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CHAOSPROXY_{name}") or default
 
 
+def _env_flag(name: str) -> bool:
+    """A switch set from the environment: CHAOSPROXY_<NAME>=1 (or true, yes, on)."""
+    return (_env(name) or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _route(value: str) -> tuple[str, str]:
     prefix, sep, url = value.partition("=")
     try:
@@ -155,9 +161,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=_positive(int), default=_env("MAX_SESSIONS", "10000"), metavar="N",
                         help="hold state for at most N sessions, the least recently used going first "
                              "(default 10000)")
-    parser.add_argument("--watch", action="store_true",
+    parser.add_argument("--watch", action="store_true", default=_env_flag("WATCH"),
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
-    parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
+    parser.add_argument("--otel", action="store_true", default=_env_flag("OTEL"),
                         help="export a span per call over OTLP/HTTP (needs the [otel] extra); on by itself when "
                              "OTEL_EXPORTER_OTLP_ENDPOINT is set, default endpoint http://localhost:4318")
 

@@ -480,3 +480,9 @@ def test_the_token_comes_from_a_file_and_stays_out_of_ps(upstream: str, tmp_path
                            "127.0.0.1:0", "--control-token-file", str(empty)], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 2 and "is empty" in done.stderr
+
+
+def test_events_refuses_an_unknown_event_kind(controlled):
+    ctl = controlled()
+    status, body = ctl.get("/events?event=bogus")
+    assert status == 400 and "'bogus'" in body["error"] and "fault" in body["error"]
