@@ -99,3 +99,13 @@ def test_demo_runs_end_to_end(tmp_path: Path):
     assert {f["api"] for f in faults if "api" in f} == {"anthropic"}
     report = log.with_suffix(".html")
     assert f"HTML report:      {report}" in proc.stdout and "<html" in report.read_text()
+
+
+def test_switches_read_the_environment(monkeypatch):
+    from chaosproxy.cli import build_parser
+    monkeypatch.setenv("CHAOSPROXY_WATCH", "1")
+    monkeypatch.setenv("CHAOSPROXY_VERBOSE", "true")
+    args = build_parser().parse_args(["run", "--upstream", "http://127.0.0.1:9"])
+    assert args.watch and args.verbose
+    monkeypatch.setenv("CHAOSPROXY_WATCH", "0")
+    assert not build_parser().parse_args(["run", "--upstream", "http://127.0.0.1:9"]).watch

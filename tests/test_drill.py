@@ -400,3 +400,18 @@ async def test_the_launcher_forks_warm_proxies_that_serve_report_their_exit_and_
     while alive(second.pid):  # SIGKILLed with its launcher
         assert time.monotonic() < deadline, "the proxy outlived its launcher"
         await asyncio.sleep(0.05)
+
+
+def test_a_drill_with_no_clean_runs_still_reports(upstream: str, tmp_path: Path) -> None:
+    agent = write(tmp_path / "agent.py", "import os, urllib.request\n"
+                  "urllib.request.urlopen(os.environ['CHAOSPROXY_URL'] + '/health', timeout=5)\n")
+    err = write(tmp_path / "err.yaml", "rules: [{name: err, fault: {type: http_error}}]")
+    out = tmp_path / "d"
+    done = drill("--agent", python(agent), "--upstream", upstream, "--scenario", str(err), "--baseline", "0",
+                 "--timeout", "30", "--seed", "4", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert [r["label"] for r in results(out)] == ["err"]  # no clean run
+    report = subprocess.run([*CHAOSPROXY, "report", str(out), "--json", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert json.loads((tmp_path / "r.json").read_text())
