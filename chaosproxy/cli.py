@@ -241,7 +241,11 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
-            run_async(serve())
+            try:
+                run_async(serve())
+            except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
+                engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
+                raise
     except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
