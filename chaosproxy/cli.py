@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_dir(validate)
 
     sub.add_parser("faults", help="list the fault types, their component, level and parameters")
-    sub.add_parser("schema", help="print the scenario JSON Schema")
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors and check-jsonschema)")
+    schema.add_argument("--suite", action="store_true",
+                        help="the drill suite schema: pick, and !range/!choice draws as lists")
     demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
 
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(faults_table())
             return 0
         case "schema":
-            print(json.dumps(Scenario.model_json_schema(), indent=2))
+            from chaosproxy.editor_schema import scenario_schema
+            print(json.dumps(scenario_schema(suite=args.suite), indent=2))
             return 0
         case "demo":
             from chaosproxy.demo import run_demo
@@ -238,7 +241,11 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
-            run_async(serve())
+            try:
+                run_async(serve())
+            except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
+                engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
+                raise
     except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
