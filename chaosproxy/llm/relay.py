@@ -28,7 +28,7 @@ from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
-    openai_responses, view
+    openai_responses, stream, view
 from chaosproxy.llm.actions import EmptyCompletion, StreamError
 from chaosproxy.llm.stream import StreamPlan
 from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
@@ -331,12 +331,11 @@ class LlmExchange:
 
     async def relay_events(self, chunks: AsyncIterator[bytes], headers: Mapping[str, str]) -> AsyncIterator[bytes]:
         """A streamed reply: passed through untouched unless a rule may rewrite it, then event by event."""
-        if not self.watching:
+        editor = self.stream_editor(headers)
+        if editor is None:
             async for chunk in chunks:
                 yield chunk
             return
-        plan = self._plan(headers, streamed=True)
-        editor = self.fmt.Editor(plan)
         async for event in streams.sse_frames(chunks):
             for out in editor.feed(event):
                 yield out
@@ -344,6 +343,11 @@ class LlmExchange:
                 return
         for out in editor.finish():
             yield out
+
+    def stream_editor(self, headers: Mapping[str, str]) -> stream.Editor | None:
+        """The editor a streamed reply goes through event by event (adapters that are handed chunks feed
+        it themselves); None when no rule may rewrite the stream, which then passes untouched."""
+        return self.fmt.Editor(self._plan(headers, streamed=True)) if self.watching else None
 
     def _plan(self, headers: Mapping[str, str], *, streamed: bool) -> StreamPlan:
         empty = error_after = error = None
