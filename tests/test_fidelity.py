@@ -234,3 +234,16 @@ def test_a_rewrite_equal_to_the_original_is_not_fired():
               {"content": [{"type": "text", "text": "hello"}]}, 2)
     engine.log.close()
     assert b'"fault"' not in out.getvalue()
+
+
+async def test_gates_count_only_the_messages_a_fault_can_change(make_proxy, mcp_http):
+    """`after: 1` with no method: the initialize and tools/list replies do not use it up."""
+    proxy = make_proxy({"rules": [{"name": "t", "after": 1, "first": 1, "fault": {"type": "typos", "rate": 1}}]},
+                       to=mcp_http)
+    async with client(proxy.url + "/mcp") as session:
+        await session.list_tools()
+        first, second, third = [visible(await session.call_tool("search", {"query": "chaos", "limit": 2}))
+                                for _ in range(3)]
+    assert first == third != second
+    [line] = proxy.events("fault")
+    assert (line["method"], line["match_index"]) == ("tools/call", 2)

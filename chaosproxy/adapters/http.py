@@ -143,8 +143,15 @@ class HttpProxy:
         except asyncio.CancelledError:
             exchange.outcome = "client_disconnected"
             raise
+        except aiohttp.ClientError as exc:  # upstream broke off its reply before we answered: a 502, logged
+            exchange.outcome = "upstream_error"
+            ops.warning("upstream %s broke off its reply to %s %s: %s", url, request.method, request.path, exc)
+            return self._respond(_upstream_error(str(url), exc), exchange)
         finally:
             log_call(self.engine, self.transport, msg, exchange)
+            if request.method == "DELETE" and "Mcp-Session-Id" in request.headers and \
+                    exchange.status is not None and exchange.status < 300:  # the agent ended its MCP session
+                self.engine.end_session(session)
 
     async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: Exchange, route: Route,
                      url: str) -> web.StreamResponse:
@@ -271,9 +278,15 @@ class HttpProxy:
                 case CutStream(after_events, idle):
                     chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
         await response.prepare(request)
-        async for chunk in chunks:
-            exchange.bytes_out += len(chunk)
-            await response.write(chunk)
+        try:
+            async for chunk in chunks:
+                exchange.bytes_out += len(chunk)
+                await response.write(chunk)
+        except aiohttp.ClientError as exc:  # upstream broke off mid-reply: the agent's reply is cut off too
+            exchange.outcome = "upstream_error"
+            ops.warning("upstream broke off its reply to %s %s: %s", request.method, request.path, exc)
+            request.transport.close()  # type: ignore[union-attr]
+            return response
         match ending:
             case "eof":
                 await response.write_eof()

@@ -27,7 +27,7 @@ class DrillConfig(BaseModel):
     suite: Path | None = None
     randomize: int = Field(0, ge=0)
     repeat: int = Field(1, ge=1)
-    baseline: int | None = Field(None, ge=1)  # clean runs; unset: as many as `repeat`
+    baseline: int | None = Field(None, ge=0)  # clean runs (0: none); unset: as many as `repeat`
     timeout: float = Field(120, gt=0)
     jobs: int = Field(1, ge=1)
     judge: str | None = None

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field
 from chaosproxy import content
 from chaosproxy.actions import Garble, Rewrite, Skip
 from chaosproxy.faults._schema import Guard, guard
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Message, Phase
 
@@ -55,6 +55,7 @@ class ContentFault(Fault):
     component = Component.OBSERVATION
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
     # True for faults that treat JSON text as text when no paths are given (a cut mid-document).
     text_first: ClassVar[bool] = False
 

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from chaosproxy.actions import Rewrite, Skip
 from chaosproxy.faults._schema import passed_off_as_success
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
 
@@ -32,6 +32,7 @@ class ErrorInSuccess(Fault):
     component = Component.REWARD
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         result = call_result(ctx.message)

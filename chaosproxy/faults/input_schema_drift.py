@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import picked
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 from chaosproxy.session import ToolRoute
 
@@ -33,6 +33,7 @@ class InputSchemaDrift(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     @model_validator(mode="after")

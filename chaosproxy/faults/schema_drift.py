@@ -8,7 +8,7 @@ from pydantic import Field
 
 from chaosproxy import content
 from chaosproxy.actions import Rewrite
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
 
@@ -26,6 +26,7 @@ class SchemaDrift(Fault):
     component = Component.TRANSITION
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         result = call_result(ctx.message)

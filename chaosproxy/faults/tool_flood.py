@@ -9,7 +9,7 @@ from pydantic import Field
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, stable_rng, stub_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 
 # Small word tables, so made-up tools read like the ones real servers list (and no two runs of a
@@ -85,6 +85,7 @@ class ToolFlood(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

@@ -130,7 +130,10 @@ class LlmRelay:
         request is not one (or not one this relay understands) and passes untouched."""
         if msg.http_method != "POST" or msg.path is None:
             return None
-        api = msg.api = api_for_path(msg.path)
+        api = api_for_path(msg.path)
+        if api is not None and msg.body is not None and msg.rpc is not None:
+            return None  # JSON-RPC: an MCP server's legacy POST endpoint (the Python SDK's is /messages/)
+        msg.api = api
         if not self.engine.scenario.rules:
             return None  # nothing can act: the call line still names the API, the body is not parsed
         if api is None:
