@@ -148,7 +148,7 @@ class Run:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
-        self.cwd = cwd  # where the agent and the judge run (their relative paths); None: here
+        self.cwd = cwd or config.workdir  # where the agent and the judge run (their relative paths); None: here
         self.groups: list[_Group] = []
         self.tracing = tracing
         self.trace_env: dict[str, str] = {}  # TRACEPARENT and BAGGAGE for the agent and the proxy
