@@ -415,3 +415,13 @@ def test_a_drill_with_no_clean_runs_still_reports(upstream: str, tmp_path: Path)
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0, report.stderr
     assert json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_drill_file_works_from_any_folder(mcp_upstream: str, tmp_path: Path) -> None:
+    """Its suite and its agent command are read from the file's folder, not the working directory."""
+    done = subprocess.run([*CHAOSPROXY, "drill", str(EXAMPLES / "drill.yaml"), "--upstream", mcp_upstream,
+                           "--randomize", "1", "--baseline", "1", "--jobs", "1", "--out", "d"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert [r["status"] for r in results(tmp_path / "d")] == ["passed", "passed"]
