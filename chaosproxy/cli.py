@@ -42,7 +42,8 @@ def _upstream_url(value: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"chaosproxy {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug-level operational log")
+    parser.add_argument("-v", "--verbose", action="store_true", default=_env_flag("VERBOSE"),
+                        help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults",
@@ -83,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_dir(validate)
 
     sub.add_parser("faults", help="list the fault types, their component, level and parameters")
-    sub.add_parser("schema", help="print the scenario JSON Schema")
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors and check-jsonschema)")
+    schema.add_argument("--suite", action="store_true",
+                        help="the drill suite schema: pick, and !range/!choice draws as lists")
     demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
 
@@ -103,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CHAOSPROXY_{name}") or default
+
+
+def _env_flag(name: str) -> bool:
+    """A switch set from the environment: CHAOSPROXY_<NAME>=1 (or true, yes, on)."""
+    return (_env(name) or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _route(value: str) -> tuple[str, str]:
@@ -155,9 +163,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=_positive(int), default=_env("MAX_SESSIONS", "10000"), metavar="N",
                         help="hold state for at most N sessions, the least recently used going first "
                              "(default 10000)")
-    parser.add_argument("--watch", action="store_true",
+    parser.add_argument("--watch", action="store_true", default=_env_flag("WATCH"),
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
-    parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
+    parser.add_argument("--otel", action="store_true", default=_env_flag("OTEL"),
                         help="export a span per call over OTLP/HTTP (needs the [otel] extra); on by itself when "
                              "OTEL_EXPORTER_OTLP_ENDPOINT is set, default endpoint http://localhost:4318")
 
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(faults_table())
             return 0
         case "schema":
-            print(json.dumps(Scenario.model_json_schema(), indent=2))
+            from chaosproxy.editor_schema import scenario_schema
+            print(json.dumps(scenario_schema(suite=args.suite), indent=2))
             return 0
         case "demo":
             from chaosproxy.demo import run_demo
@@ -232,7 +241,11 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
-            run_async(serve())
+            try:
+                run_async(serve())
+            except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
+                engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
+                raise
     except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID

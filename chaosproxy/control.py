@@ -63,6 +63,7 @@ EVENT_QUEUE_SIZE = 1000
 MAX_SUBSCRIBERS = 32  # /events readers at once; each costs a queue of EVENT_QUEUE_SIZE lines
 OPEN_PATHS = frozenset({"/healthz"})  # no token needed: liveness probes rarely carry one
 CONSOLE_HEADER = "X-Chaosproxy-Console"  # carries the console token on the console page's requests
+LOG_EVENTS = frozenset({"run", "fault", "call", "skip", "error", "control", "session"})  # ?event= kinds
 RECENT_FAULTS = 200  # fault lines kept for a console that opens late (/events?last=N)
 # The console page may run its own script and talk to this origin, nothing else; no one may frame it.
 CONSOLE_POLICY = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -277,6 +278,8 @@ class ControlServer:
             return _error(503, f"{self.max_subscribers} clients already read /events; try again later",
                           headers={"Retry-After": "5"})
         kinds = frozenset(request.query.getall("event", ()))
+        if unknown := sorted(kinds - LOG_EVENTS):
+            return _error(400, f"unknown event kind {unknown[0]!r}; known: {', '.join(sorted(LOG_EVENTS))}")
         try:
             last = min(int(request.query.get("last", "0")), RECENT_FAULTS)
         except ValueError:

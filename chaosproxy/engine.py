@@ -98,6 +98,8 @@ class _CompiledRule:
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
+        self.rpc_only = m.method is not None or m.tool is not None  # only JSON-RPC requests carry these
+        self.told_plain = False  # told once in the log that plain HTTP requests never match it
         self.counters: dict[str, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
@@ -325,6 +327,13 @@ class Engine:
     def _gate_and_act(self, compiled: _CompiledRule, msg: Message, key: str | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
+            if rule.enabled and compiled.rpc_only and not compiled.told_plain and msg.phase is Phase.REQUEST \
+                    and msg.transport == "http" and msg.rpc is None:
+                compiled.told_plain = True  # a `tool` rule in front of a REST API would otherwise stay silent
+                self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
+                              http_method=msg.http_method, path=msg.path,
+                              reason="the rule matches `method`/`tool`, which only JSON-RPC (MCP) requests carry; "
+                                     "plain HTTP requests like this one never match it (told once)")
             return None
         entry = self._entry(msg.session, _view_name(msg))  # before its counters: they go when it goes
         session = entry.state

@@ -496,3 +496,9 @@ def test_series_of_a_removed_rule_leave_the_metrics(controlled):
         assert status_of(ctl.proxy.url) == 503
         ctl.control.patch_rule("kept", probability=0.5)  # a rule still in the scenario keeps its series
         assert 'rule="kept"' in ctl.control.metrics()
+
+
+def test_events_refuses_an_unknown_event_kind(controlled):
+    ctl = controlled()
+    status, body = ctl.get("/events?event=bogus")
+    assert status == 400 and "'bogus'" in body["error"] and "fault" in body["error"]
