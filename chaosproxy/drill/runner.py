@@ -149,7 +149,7 @@ class Run:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
-        self.cwd = cwd  # where the agent and the judge run (their relative paths); None: here
+        self.cwd = cwd or config.workdir  # where the agent and the judge run (their relative paths); None: here
         self.launcher: Launcher | None = None  # forks the run's proxy warm; None: a fresh process
         self.groups: list[_Group] = []
         self.tracing = tracing
