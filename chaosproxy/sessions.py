@@ -51,7 +51,8 @@ class SessionTable:
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
-    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState, now: float | None = None) -> Session:
+    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState,
+              now: float | None = None) -> Session:
         """The session for `key`, made with `fresh()` when it is new or was idle too long; marks it used now."""
         now = time.monotonic() if now is None else now
         entry = self._entries.get(key)
