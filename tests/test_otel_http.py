@@ -153,3 +153,26 @@ async def test_intercepted_calls_get_spans_too(make_mitm: Any, receiver: Receive
     assert (span.attributes["server.address"], span.attributes["server.port"]) == ("localhost", upstream_port)
     assert (span.attributes["chaosproxy.fault.type"], span.attributes["error.type"], span.status) == (
         "http_error", "503", "ERROR")
+
+
+def test_plain_http_calls_get_http_client_spans(make_proxy: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch):
+    """A REST call: an HTTP client span (`GET`, url.full, status); a hang's child span lasts as long as the hang."""
+    import urllib.request
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    proxy = make_proxy({"rules": [{"name": "stall", "match": {"path": "/api/weather"},
+                                   "fault": {"type": "hang", "release_after_ms": 300}}]})
+    tracing = proxy.engine.tracing = OtlpTracing(run_id="rest", seed=7)
+    with urllib.request.urlopen(proxy.url + "/api/weather?city=oslo", timeout=10) as reply:
+        assert reply.status == 200
+    tracing.shutdown()
+    receiver.wait_for(lambda spans: any(s.name == "GET" for s in spans), timeout=10)
+    [span] = receiver.named("GET")
+    assert span.kind == "CLIENT" and span.parent_id == ""
+    assert span.attributes["http.request.method"] == "GET"
+    assert span.attributes["url.full"].endswith("/api/weather?city=oslo")
+    assert span.attributes["http.response.status_code"] == 200 and span.status == "UNSET"
+    assert "mcp.method.name" not in span.attributes
+    [stall] = receiver.named("chaosproxy.fault hang")
+    assert stall.parent_id == span.span_id and stall.seconds == pytest.approx(0.3, abs=0.01)
+    assert span.seconds >= 0.3
