@@ -167,6 +167,12 @@ class HttpProxy:
 
         headers = forwardable(request.headers)
         llm = route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+        if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
+            session = msg.session if msg.session != (request.remote or "-") else None
+            headers.update(engine.tracing.start(msg, network="tcp", url=url, session_id=session))
+            if isinstance(body, bytes) and msg.body is not body:
+                body = msg.body
+                headers.popall("Content-Length", None)
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg, exchange):
@@ -322,6 +328,8 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
         duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
         faults=exchange.faults, **fields,
     )
+    if msg.trace is not None:
+        msg.trace.end(exchange.outcome, status=exchange.status)
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:
