@@ -11,6 +11,7 @@ suites or seeds are compared on the rows they share, and the comparison lists th
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,11 +160,20 @@ def compare(base: Drill, new: Drill) -> Comparison:
     comparison.settings_differ = [
         (key, old_config.get(key), new_config.get(key))
         for key in COMPARED_SETTINGS
-        if old_config.get(key) != new_config.get(key)
+        if _setting(key, old_config.get(key)) != _setting(key, new_config.get(key))
     ]
     if base.settings.get("seed") != new.settings.get("seed"):
         comparison.settings_differ.insert(0, ("seed", base.settings.get("seed"), new.settings.get("seed")))
     return comparison
+
+
+def _setting(key: str, value: Any) -> Any:
+    """A setting as compared: file paths normalised (a drill file's paths are relative to its folder)."""
+    if key == "suite" and isinstance(value, str):
+        return os.path.normpath(value)
+    if key == "scenarios" and isinstance(value, list):
+        return [os.path.normpath(path) for path in value]
+    return value
 
 
 def _label_order(label: str) -> tuple[int, str]:
