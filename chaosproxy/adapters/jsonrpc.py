@@ -24,7 +24,12 @@ from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
 MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
+LEGACY_QUEUE = 64  # upstream events a legacy stream holds for a slow agent before it stops reading upstream
 _END = object()
+
+
+class _Own(bytes):
+    """An event the proxy made itself (a fault's reply) on a legacy stream: it is not decided on again."""
 
 
 class JsonRpcRelay:
@@ -53,7 +58,7 @@ class JsonRpcRelay:
         body = orjson.dumps(message)
         stream = self._legacy_streams.get(request.session)
         if stream is not None:  # legacy HTTP+SSE: the POST is accepted, the answer goes down the stream
-            stream.put_nowait(b"event: message\ndata: " + body + b"\n\n")
+            stream.put_nowait(_Own(b"event: message\ndata: " + body + b"\n\n"))
             return Respond(202, b"Accepted", {"Content-Type": "text/plain; charset=utf-8"})
         return Respond(200, body, {"Content-Type": "application/json"})
 
@@ -107,11 +112,16 @@ class JsonRpcRelay:
         if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
             first, session = self._endpoint(first, session)
             yield first
-            queue: asyncio.Queue[Any] = asyncio.Queue()
+            queue: asyncio.Queue[Any] = asyncio.Queue()  # bounded for upstream's events by `room`
+            room = asyncio.Semaphore(LEGACY_QUEUE)
             self._legacy_streams[session] = queue
-            pump = asyncio.create_task(_pump(frames, queue))
+            pump = asyncio.create_task(_pump(frames, queue, room))
             try:
                 while (frame := await queue.get()) is not _END:
+                    if isinstance(frame, _Own):
+                        yield bytes(frame)
+                        continue
+                    room.release()
                     yield self.relay_frame(frame, request, session)
             finally:
                 pump.cancel()
@@ -142,9 +152,12 @@ class JsonRpcRelay:
         return frame, session
 
 
-async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any]) -> None:
+async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any], room: asyncio.Semaphore) -> None:
+    """Upstream's events into the stream's queue, at most LEGACY_QUEUE ahead of the agent: past that,
+    upstream is not read (TCP pushes back on it) rather than its events held in memory."""
     try:
         async for frame in frames:
+            await room.acquire()
             queue.put_nowait(frame)
     finally:
         queue.put_nowait(_END)
