@@ -93,8 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     drill_command.add_arguments(sub.add_parser(
         "drill", help="run an agent against the proxy over scenarios x repetitions, clean baselines included",
         description=drill_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    drill_command.add_merge_arguments(sub.add_parser(
+        "merge", help="merge the shards of one drill (drill --shard I/N) into one drill's folder"))
     report_command.add_report_arguments(sub.add_parser(
-        "report", help="robustness profile and agent behaviour from a drill's folder or a log"))
+        "report", help="robustness profile and agent behaviour from a drill's folder or a log; "
+                       "two drills compared; gates for CI", description=report_command.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
     return parser
@@ -128,6 +132,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                              "(default: $CHAOSPROXY_CONTROL_TOKEN)")
     parser.add_argument("--watch", action="store_true",
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
+    parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
+                        help="export a span per call over OTLP/HTTP (needs the [otel] extra); on by itself when "
+                             "OTEL_EXPORTER_OTLP_ENDPOINT is set, default endpoint http://localhost:4318")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(args.log)
         case "drill":
             return drill_command.main(args)
+        case "merge":
+            return drill_command.merge_main(args)
         case "report":
             return report_command.report_main(args)
         case "export":
@@ -180,11 +189,13 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
     from chaosproxy.control import ControlConfigError
+    from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
 
     host, port = args.listen
     try:
-        with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log) as engine:
+        with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log,
+                         otel=args.otel) as engine:
             async def serve() -> None:
                 async with _controlled(engine, args):
                     proxy = make_proxy(engine)
@@ -198,7 +209,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                         ops.info("stopping")
                         await proxy.stop()
             run_async(serve())
-    except ControlConfigError as exc:
+    except (ControlConfigError, OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
@@ -240,6 +251,7 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
     from chaosproxy.control import ControlConfigError
+    from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async
 
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
@@ -248,7 +260,7 @@ def _stdio(args: argparse.Namespace) -> int:
               "  chaosproxy stdio -- npx -y @modelcontextprotocol/server-everything", file=sys.stderr)
         return EXIT_INVALID
     try:
-        with open_engine(args.scenario, seed=args.seed, log_path=args.log) as engine:
+        with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel) as engine:
             agent_in, agent_out = claim_stdio()
 
             async def relay() -> int:
@@ -258,8 +270,8 @@ def _stdio(args: argparse.Namespace) -> int:
                              engine.seed, len(engine.scenario.rules))
                     return await StdioRelay(engine, server).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, ControlConfigError) as exc:
-        print(f"chaosproxy: {exc}" if isinstance(exc, ControlConfigError) else exc, file=sys.stderr)
+    except (ScenarioError, ControlConfigError, OtelUnavailable) as exc:
+        print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:
         print(exc, file=sys.stderr)

@@ -6,32 +6,44 @@ Toxiproxy-style, so chaos drills can be scripted:
   PUT /scenario         replace it (YAML or JSON body); an invalid one is refused with FILE:LINE reasons
   PATCH /rules/{name}   {"enabled": bool, "probability": float}
   POST /reset           forget counters and session state
-  GET /events           the perturbation log as it is written, one JSON object a line (?event=fault)
+  GET /events           the perturbation log as it is written, one JSON object a line (?event=fault;
+                        ?last=N first replays the last N fault lines, up to 200)
   GET /metrics          Prometheus text
   GET /healthz, GET /version
+  GET /                 the live console, one self-contained page (chaosproxy/data/console.html)
+  GET /stats            rules with their matched/fired counts, call and fault totals, active sessions
+  POST /scenario/check  validate a scenario (FILE:LINE reasons) without putting it in force
 
 It must run on the event loop that serves the proxy: a scenario swap then never lands in the middle
 of a decision, and log listeners run on the loop that owns the event queues.
 
 Safe by default: loopback unless told otherwise, a bearer token on any other address (and whenever
-one is given), and no browsers: a browser User-Agent, a cross-site Origin or (on loopback) a Host
-that is not a loopback name is refused, which stops CSRF and DNS rebinding from a web page.
+one is given), and no browsers but the console: a cross-site Origin or (on loopback) a Host that is
+not a loopback name is refused, which stops CSRF and DNS rebinding from a web page; a browser
+(a `Mozilla/` User-Agent) gets the console page and nothing else unless its request carries the
+console token, a secret of this process that only the page holds (another origin cannot read the
+page, a form cannot add a header). With a bearer token, the page itself needs `?token=TOKEN`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
+import importlib.resources
 import ipaddress
 import os
+import secrets
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,6 +58,11 @@ from chaosproxy.scenario import Scenario, ScenarioError, parse_scenario
 
 EVENT_QUEUE_SIZE = 1000
 OPEN_PATHS = frozenset({"/healthz"})  # no token needed: liveness probes rarely carry one
+CONSOLE_HEADER = "X-Chaosproxy-Console"  # carries the console token on the console page's requests
+RECENT_FAULTS = 200  # fault lines kept for a console that opens late (/events?last=N)
+# The console page may run its own script and talk to this origin, nothing else; no one may frame it.
+CONSOLE_POLICY = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self'; "
+                  "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 class ControlConfigError(ValueError):
@@ -100,7 +117,9 @@ class ControlServer:
         self._loopback = True
         self._stopping = False
         self._runner: web.AppRunner | None = None
-        self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
+        self.console_token = secrets.token_urlsafe(24)
+        self._recent: deque[tuple[float, dict[str, Any]]] = deque(maxlen=RECENT_FAULTS)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen; returns the bound port. Raises ControlConfigError before binding if a token is missing."""
@@ -117,7 +136,11 @@ class ControlServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/version", self._version)
-        self._unsubscribe = self.engine.log.subscribe(_never_raising(self.metrics.observe))
+        app.router.add_get("/", self._console)
+        app.router.add_get("/stats", self._stats)
+        app.router.add_post("/scenario/check", self._check_scenario)
+        self._unsubscribe = [self.engine.log.subscribe(_never_raising(self.metrics.observe)),
+                             self.engine.log.subscribe(_never_raising(self._remember))]
         self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True, access_log=None,
                                      shutdown_timeout=1)
         try:
@@ -133,9 +156,9 @@ class ControlServer:
         self._stopping = True
         for stream in list(self._streams):  # end open /events streams, or shutdown waits on them
             stream.cancel()
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -143,39 +166,61 @@ class ControlServer:
     @web.middleware
     async def _guard(self, request: web.Request,
                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if "Mozilla/" in request.headers.get("User-Agent", ""):
-            return _error(403, "the control API does not serve browsers")
         host = request.headers.get("Host")
         origin = request.headers.get("Origin")
         if origin is not None and origin != f"http://{host}":
             return _error(403, f"cross-site request from Origin {origin!r} refused")
         if self._loopback and host is not None and not is_loopback(_hostname(host)):
             return _error(403, f"Host {host!r} is not a loopback name (a DNS rebinding attempt?)")
-        if self.token is not None and request.path not in OPEN_PATHS and not self._authorized(request):
+        console = _same(request.headers.get(CONSOLE_HEADER), self.console_token)
+        if request.path == "/":  # the console page: it holds the console token, so it needs the bearer token
+            if self.token is not None and not (self._authorized(request)
+                                               or _same(request.query.get("token"), self.token)):
+                return _error(401, "the console needs the control token: open /?token=TOKEN")
+            return await handler(request)
+        if "Mozilla/" in request.headers.get("User-Agent", "") and not console:
+            return _error(403, "the control API serves browsers only through its console page (GET /)")
+        if self.token is not None and request.path not in OPEN_PATHS and not (console or self._authorized(request)):
             return _error(401, "a bearer token is required (Authorization: Bearer TOKEN)",
                           headers={"WWW-Authenticate": 'Bearer realm="chaosproxy"'})
         return await handler(request)
 
     def _authorized(self, request: web.Request) -> bool:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        assert self.token is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+        return scheme.lower() == "bearer" and _same(given.strip(), self.token)
 
-    async def _get_scenario(self, _: web.Request) -> web.Response:
+    async def _get_scenario(self, request: web.Request) -> web.Response:
+        if request.query.get("format") == "yaml":  # for people (the console's editor)
+            text = yaml.safe_dump(scenario_json(self.engine.scenario), sort_keys=False, allow_unicode=True)
+            return web.Response(text=text, content_type="application/yaml")
         return _json(scenario_json(self.engine.scenario))
 
-    async def _put_scenario(self, request: web.Request) -> web.Response:
+    async def _read_scenario(self, request: web.Request) -> Scenario | dict[str, Any]:
+        """The scenario in a request's body, or what says why it cannot be put in force."""
         try:
             text = (await request.read()).decode("utf-8")
         except UnicodeDecodeError:
-            return _error(400, "the scenario is not UTF-8 text")
+            return {"error": "the scenario is not UTF-8 text"}
         try:
             scenario = parse_scenario(text, request.query.get("source", "request"), self.base_dir)
         except ScenarioError as exc:
-            return _error(400, "invalid scenario; the one in force stays", problems=exc.problems)
+            return {"error": "invalid scenario; the one in force stays", "problems": exc.problems}
         if scenario.routes and scenario.routes != self.engine.scenario.routes:
-            return _error(400, "routes are fixed when the proxy starts; the scenario in force stays",
-                          routes=self.engine.scenario.routes)
+            return {"error": "routes are fixed when the proxy starts; the scenario in force stays",
+                    "routes": self.engine.scenario.routes}
+        return scenario
+
+    async def _check_scenario(self, request: web.Request) -> web.Response:
+        """Whether PUT /scenario would take this body; a refusal is an answer here, not an error."""
+        scenario = await self._read_scenario(request)
+        if isinstance(scenario, dict):
+            return _json({"valid": False, **scenario})
+        return _json({"valid": True, "rules": [rule.name for rule in scenario.rules]})
+
+    async def _put_scenario(self, request: web.Request) -> web.Response:
+        scenario = await self._read_scenario(request)
+        if isinstance(scenario, dict):
+            return _error(400, scenario.pop("error"), **scenario)
         self.engine.load(scenario)
         self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
         ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
@@ -214,9 +259,16 @@ class ControlServer:
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         kinds = frozenset(request.query.getall("event", ()))
+        try:
+            last = min(int(request.query.get("last", "0")), RECENT_FAULTS)
+        except ValueError:
+            return _error(400, f"last must be a number, got {request.query['last']!r}")
         subscriber = _Subscriber(self.event_queue, kinds, self._dropped)
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson",
                                                "Cache-Control": "no-cache"})
+        # The recent lines, then every later one: taken and subscribed in one step, none missed or doubled.
+        replay = [_line(ts, fields) for ts, fields in list(self._recent)[-last:]] if last > 0 and (
+            not kinds or "fault" in kinds) else []
         # Subscribed before the headers go out: a client that has them sees every later line.
         unsubscribe = self.engine.log.subscribe(_never_raising(subscriber.put))
         task = asyncio.current_task()
@@ -225,6 +277,8 @@ class ControlServer:
         self._subscribers.inc()
         try:
             await response.prepare(request)
+            if replay:
+                await response.write(b"".join(replay))
             while True:
                 await response.write(await subscriber.next_lines())
         except ConnectionError:
@@ -247,6 +301,32 @@ class ControlServer:
 
     async def _version(self, _: web.Request) -> web.Response:
         return _json({"version": __version__, "run_id": self.engine.log.run_id, "seed": self.engine.seed})
+
+    async def _console(self, _: web.Request) -> web.Response:
+        """The console page, with this process's console token and a fresh script nonce filled in."""
+        nonce = secrets.token_urlsafe(16)
+        page = _console_page().replace("{{NONCE}}", nonce).replace("{{TOKEN}}", self.console_token)
+        return web.Response(text=page, content_type="text/html", headers={
+            "Content-Security-Policy": CONSOLE_POLICY.format(nonce=nonce), "X-Frame-Options": "DENY",
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+
+    async def _stats(self, _: web.Request) -> web.Response:
+        """What the console polls: per-rule counts, call and fault totals (it derives rates), sessions."""
+        counts = self.engine.rule_counts()
+        rules = [{"name": rule.name, "enabled": rule.enabled, "probability": rule.probability,
+                  "fault": rule.fault.type, "component": rule.fault.component,
+                  "matched": counts.get(rule.name, (0, 0))[0], "fired": counts.get(rule.name, (0, 0))[1]}
+                 for rule in self.engine.scenario.rules]
+        registry = self.metrics.registry
+        return _json({"version": __version__, "run_id": self.engine.log.run_id, "seed": self.engine.seed,
+                      "calls": _total(self.metrics.calls), "faults": _total(self.metrics.faults),
+                      "active_sessions": registry.get_sample_value("chaosproxy_active_sessions") or 0,
+                      "rules": rules})
+
+    def _remember(self, fields: dict[str, Any]) -> None:
+        """A log listener: keep the last fault lines for consoles that open later."""
+        if fields.get("event") == "fault":
+            self._recent.append((time.time(), dict(fields)))
 
 
 class _Subscriber:
@@ -280,12 +360,9 @@ class _Subscriber:
         items = [await self.queue.get()]
         while not self.queue.empty():
             items.append(self.queue.get_nowait())
-        lines = []
-        for ts, fields in items:
-            stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
-            lines.append(_line({"ts": stamp, "event": fields.pop("event", None), **fields}))
+        lines = [_line(ts, fields) for ts, fields in items]
         if self.dropped > self._reported:
-            lines.append(_line({"event": "dropped", "count": self.dropped - self._reported}))
+            lines.append(_ndjson({"event": "dropped", "count": self.dropped - self._reported}))
             self._reported = self.dropped
         return b"".join(lines)
 
@@ -330,8 +407,31 @@ def _hostname(host_header: str) -> str:
         return ""
 
 
-def _line(fields: dict[str, Any]) -> bytes:
+def _line(ts: float, fields: dict[str, Any]) -> bytes:
+    """One /events line: the time it was logged, then the log line's fields."""
+    stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
+    rest = {key: value for key, value in fields.items() if key != "event"}
+    return _ndjson({"ts": stamp, "event": fields.get("event"), **rest})
+
+
+def _ndjson(fields: dict[str, Any]) -> bytes:
     return orjson.dumps(fields, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+
+
+def _same(given: str | None, secret: str | None) -> bool:
+    """A constant-time comparison of a presented secret with ours (never equal when either is missing)."""
+    return given is not None and secret is not None and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def _total(counter: Counter) -> float:
+    """A labelled counter's sum over all its labels."""
+    return sum(sample.value for metric in counter.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
+
+
+@functools.cache
+def _console_page() -> str:
+    return importlib.resources.files("chaosproxy").joinpath("data/console.html").read_text(encoding="utf-8")
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

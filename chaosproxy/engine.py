@@ -11,6 +11,7 @@ import random
 import re
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
 from chaosproxy.mcp import error_reply, result_reply
 from chaosproxy.message import Message, Phase
+from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import SessionState
 
@@ -44,11 +46,16 @@ class Fired:
     action: Action
 
 
+MAX_KEYS = 4096  # content keys a rule remembers per session (LLM history), oldest forgotten first
+
+
 @dataclass(slots=True)
 class _Counter:
     matched: int = 0
     fired: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)
+    # content key -> (match index it got when first seen, whether it fired then)
+    keys: OrderedDict[str, tuple[int, bool]] = field(default_factory=OrderedDict)
 
 
 class _CompiledRule:
@@ -73,6 +80,12 @@ class _CompiledRule:
         for name, value in m.header.items():
             checks.append(_header_check(name, _glob(value)))
         self.head_checks = list(checks)  # the checks an HTTP request's head alone can answer
+        if m.api is not None:
+            is_api = _glob(m.api)
+            checks.append(lambda msg: msg.api is not None and is_api(msg.api))
+        if m.model is not None:
+            is_model = _glob(m.model)
+            checks.append(lambda msg: msg.model is not None and is_model(msg.model))
         if m.method is not None:
             is_rpc = _glob(m.method)
             checks.append(lambda msg: (method := msg.method) is not None and is_rpc(method))
@@ -119,6 +132,7 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
         self.load(scenario, keep_state=False)
 
@@ -169,19 +183,24 @@ class Engine:
             state = self.sessions[key] = SessionState()
         return state
 
-    def decide(self, msg: Message, *, wire: bool = True, messages: bool = True) -> list[Fired]:
+    def decide(self, msg: Message, *, wire: bool = True, messages: bool = True,
+               key: str | None = None) -> list[Fired]:
         """The faults that fire on `msg`, in rule order, each already logged.
 
         `wire` and `messages` choose between faults acting on the transport (a whole HTTP response)
         and faults acting on JSON-RPC messages (each message inside it); stdio asks for both.
         A Rewrite is applied to `msg` at once, so later rules and the adapter see the new message.
+
+        `key` names the message's content (a model-API conversation resends its history every turn):
+        a message seen before under the same key gets the decision it got then, drawn from a stream
+        of (seed, rule, key) alone, and counts as one match however often it is resent.
         """
         fired: list[Fired] = []
         steps: list[tuple[str, Callable[[], Fired | None]]] = []
         if msg.phase is Phase.REQUEST and msg.method == "tools/call":
             steps.append(("tool routes", lambda: self._route(msg)))
         rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
-        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg)) for rule in rules]
+        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg, key)) for rule in rules]
         for name, step in steps:
             try:
                 outcome = step()
@@ -232,14 +251,21 @@ class Engine:
             msg.replace(action.message)
         return Fired(rule, rule.fault, action)
 
-    def _gate_and_act(self, compiled: _CompiledRule, msg: Message) -> Fired | None:
+    def _gate_and_act(self, compiled: _CompiledRule, msg: Message, key: str | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             return None
         rule.fault.observe(msg, self.session(msg.session))
         counter = compiled.counter(msg.session)
-        counter.matched += 1
-        index = counter.matched
+        seen = counter.keys.get(key) if key is not None else None
+        if seen is None:
+            counter.matched += 1
+        index = counter.matched if seen is None else seen[0]
+        if key is not None:
+            counter.keys[key] = seen or (index, False)
+            counter.keys.move_to_end(key)
+            if len(counter.keys) > MAX_KEYS:
+                counter.keys.popitem(last=False)
         now = time.monotonic()
         if rule.window is not None:
             elapsed = now - self.started
@@ -248,23 +274,30 @@ class Engine:
                 return None
         if index <= rule.after or (index - rule.after) % rule.every:
             return None
-        if rule.first is not None and counter.fired >= rule.first:
+        if rule.first is not None and counter.fired >= rule.first and not (seen and seen[1]):
             return None
-        # One stream per (seed, rule, session, match index): the same run meets the same faults
-        # however requests from different sessions interleave. Sessions count by order of first
-        # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
-        ordinal = self._ordinals.setdefault(msg.session, len(self._ordinals) + 1)
-        rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
+        if key is not None:  # content-keyed: the same message meets the same fault wherever it is resent
+            rng = random.Random(f"{self.seed}:{rule.name}:{key}")
+        else:
+            # One stream per (seed, rule, session, match index): the same run meets the same faults
+            # however requests from different sessions interleave. Sessions count by order of first
+            # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
+            ordinal = self._ordinals.setdefault(msg.session, len(self._ordinals) + 1)
+            rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
         action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
         if action is None:
             return None
         if isinstance(action, Skip):
+            llm = {"api": msg.api, "model": msg.model, "turn": msg.turn} if msg.api is not None else {}
             self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
-                          method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=action.reason)
+                          method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=action.reason, **llm)
             return None
-        counter.fired += 1
+        if not (seen and seen[1]):
+            counter.fired += 1
+        if key is not None:
+            counter.keys[key] = (index, True)
         self._log_fault(rule, msg, action, index)
         if isinstance(action, Rewrite):
             msg.replace(action.message)
@@ -275,18 +308,29 @@ class Engine:
         effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
+        if msg.api is not None:
+            extra.update(api=msg.api, model=msg.model, turn=msg.turn)
         perturbed = _payload(action)
         if perturbed is not None:
             extra["perturbed_digest"] = digest(perturbed)
             if msg.body is not None:
                 extra["original_digest"] = digest(msg.body)
-        self.log.fault(
+        fields = dict(
             rule=rule.name, fault=fault.type, component=fault.component, level=fault.level,
             phase=msg.phase, transport=msg.transport, session=msg.session, route=msg.route,
             http_method=msg.http_method, path=msg.path, method=msg.method, tool=msg.tool,
             rpc_id=msg.rpc_id, match_index=index, params=fault.params(),
             action=type(action).__name__.lower(), effect=effect, **extra,
         )
+        self.log.fault(**fields)
+        if (trace := (msg.request or msg).trace) is not None:  # the span of the call it hit
+            trace.fault(fields, action)
+
+    def rule_counts(self) -> dict[str, tuple[int, int]]:
+        """Each rule's matches and firings so far, over every session (the console shows them)."""
+        return {compiled.rule.name: (sum(c.matched for c in compiled.counters.values()),
+                                     sum(c.fired for c in compiled.counters.values()))
+                for compiled in self._compiled}
 
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from chaosproxy.otel import CallTrace
 
 
 class Phase(StrEnum):
@@ -27,7 +30,7 @@ class Message:
     """
 
     __slots__ = ("transport", "phase", "session", "http_method", "path", "headers", "status",
-                 "body", "request", "route", "_rpc")
+                 "body", "request", "route", "api", "model", "turn", "trace", "_rpc")
 
     def __init__(self, transport: str, phase: Phase, *, session: str = "-",
                  http_method: str | None = None, path: str | None = None,
@@ -44,7 +47,12 @@ class Message:
         self.body = body
         self.request = request
         self.route = route
+        # Model-API traffic (chaosproxy.llm): which API, which model, which turn of the conversation.
+        self.api: str | None = None
+        self.model: str | None = None
+        self.turn: int | None = None
         self._rpc: Any = _UNPARSED
+        self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.otel)
 
     @property
     def rpc(self) -> dict[str, Any] | None:

@@ -15,26 +15,36 @@ from typing import Any, BinaryIO
 from chaosproxy import __version__
 from chaosproxy.engine import Engine, draw_seed
 from chaosproxy.log import PerturbationLog
+from chaosproxy.otel import NO_TRACING
+from chaosproxy.otel import from_environment as otel_tracing
 from chaosproxy.scenario import Scenario, load_scenario
 
 
 @contextlib.contextmanager
 def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
-                log_path: str | Path | None = None, scenario: Scenario | None = None) -> Iterator[Engine]:
+                log_path: str | Path | None = None, scenario: Scenario | None = None,
+                otel: bool = False) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
-    Raises ScenarioError before anything is opened when the scenario is invalid.
+    Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
+    Raises ScenarioError before anything is opened when the scenario is invalid, OtelUnavailable
+    when --otel is given without the [otel] extra.
     """
     if scenario is None:
         scenario = load_scenario(scenario_path) if scenario_path is not None else Scenario()
     seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     stream: BinaryIO = open(log_path, "ab") if log_path is not None else sys.stderr.buffer  # noqa: SIM115
     log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed)
+    tracing = NO_TRACING
     try:
+        tracing = otel_tracing(otel, run_id=log.run_id, seed=seed)
         log.run(version=__version__, scenario=str(scenario_path) if scenario_path else None,
                 rules=[rule.name for rule in scenario.rules])
-        yield Engine(scenario, seed=seed, log=log)
+        engine = Engine(scenario, seed=seed, log=log)
+        engine.tracing = tracing
+        yield engine
     finally:
+        tracing.shutdown()
         log.close()
 
 

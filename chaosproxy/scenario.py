@@ -26,6 +26,16 @@ class Match(_Strict):
     method: str | None = Field(None, description="glob on the JSON-RPC method, e.g. tools/*")
     tool: str | None = Field(None, description="glob on the tool name of a tools/call")
     header: dict[str, str] = Field(default_factory=dict, description="header name -> value glob")
+    api: str | None = Field(None, description="glob on the model API: openai-chat, openai-responses, anthropic")
+    model: str | None = Field(None, description="glob on the model a model-API request names, e.g. gpt-4*")
+
+    @field_validator("api")
+    @classmethod
+    def _known_api(cls, api: str | None) -> str | None:
+        from chaosproxy.llm import APIS
+        if api is not None and not any(fnmatch.fnmatchcase(name, api) for name in APIS):
+            raise ValueError(f"api {api!r} matches none of {', '.join(APIS)}")
+        return api
 
     @model_validator(mode="after")
     def _tool_needs_tools_call(self) -> Self:

@@ -8,6 +8,7 @@ browser runs in its own process group and is ended with it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import os
@@ -111,8 +112,42 @@ async def _browser(chromium: str, timeout: float) -> AsyncIterator[int]:
                 await asyncio.wait_for(proc.wait(), 10)
 
 
-async def load(url: str, expressions: dict[str, str], *, timeout: float = 60, settle: float = 0.5) -> Page:
-    """Open `url`, wait for its load event and `settle` seconds more, then evaluate `expressions`."""
+class Tab:
+    """A page open in the browser: evaluate JavaScript in it, wait for a condition, take a screenshot."""
+
+    def __init__(self, devtools: _DevTools) -> None:
+        self._devtools = devtools
+
+    @property
+    def problems(self) -> list[str]:
+        """Console errors, uncaught exceptions and failed loads so far, in order."""
+        return self._devtools.problems
+
+    async def evaluate(self, expression: str) -> Any:
+        """The expression's value (a promise is awaited); an exception thrown in the page fails the test."""
+        found = await self._devtools.call("Runtime.evaluate", expression=expression, returnByValue=True,
+                                          awaitPromise=True)
+        assert "exceptionDetails" not in found, found["exceptionDetails"]
+        return found["result"].get("value")
+
+    async def wait_for(self, expression: str, timeout: float = 20) -> Any:
+        """Evaluate until the value is truthy (bounded); fails with the last value."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not (value := await self.evaluate(expression)):
+            assert asyncio.get_running_loop().time() < deadline, f"{expression} is still {value!r}"
+            await asyncio.sleep(0.1)
+        return value
+
+    async def screenshot(self, path: Path, width: int = 1400, height: int = 900) -> None:
+        await self._devtools.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                                  deviceScaleFactor=1, mobile=False)
+        shot = await self._devtools.call("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+
+@contextlib.asynccontextmanager
+async def open_tab(url: str, *, timeout: float = 120) -> AsyncIterator[Tab]:
+    """Open `url` in a fresh headless Chromium and wait for its load event; the whole visit is bounded."""
     chromium = require_chromium()
     async with _browser(chromium, timeout) as port, aiohttp.ClientSession() as http, asyncio.timeout(timeout):
         async with http.get(f"http://127.0.0.1:{port}/json/list") as response:
@@ -126,13 +161,16 @@ async def load(url: str, expressions: dict[str, str], *, timeout: float = 60, se
                     await devtools.call(f"{domain}.enable")
                 await devtools.call("Page.navigate", url=url)
                 await devtools.loaded.wait()
-                await asyncio.sleep(settle)
-                values = {}
-                for name, expression in expressions.items():
-                    found = await devtools.call("Runtime.evaluate", expression=expression, returnByValue=True)
-                    values[name] = found["result"].get("value")
-                return Page(devtools.problems, values)
+                yield Tab(devtools)
             finally:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await listener
+
+
+async def load(url: str, expressions: dict[str, str], *, timeout: float = 60, settle: float = 0.5) -> Page:
+    """Open `url`, wait for its load event and `settle` seconds more, then evaluate `expressions`."""
+    async with open_tab(url, timeout=timeout) as tab:
+        await asyncio.sleep(settle)
+        values = {name: await tab.evaluate(expression) for name, expression in expressions.items()}
+        return Page(tab.problems, values)

@@ -16,7 +16,7 @@ from chaosproxy.report.behaviour import behaviour
 from chaosproxy.report.build import build_report
 from chaosproxy.report.logfile import read_sessions
 from chaosproxy.report.profile import build_profile
-from chaosproxy.report.stats import Rate, drop_interval, wilson
+from chaosproxy.report.stats import Rate, difference_interval, wilson
 from tests.browser import load
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
@@ -111,8 +111,8 @@ def test_wilson_and_newcombe_intervals_match_the_published_values() -> None:
     assert wilson(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
     assert wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert wilson(0, 0) == (0.0, 1.0)
-    assert drop_interval(Rate(56, 70), Rate(48, 80)) == pytest.approx((0.0524, 0.3339), abs=1e-4)
-    assert drop_interval(Rate(0, 0), Rate(1, 2)) is None
+    assert difference_interval(Rate(56, 70), Rate(48, 80)) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    assert difference_interval(Rate(0, 0), Rate(1, 2)) is None
 
 
 def result(run: int, label: str, status: str, faults: dict[str, int] | None = None,

@@ -31,6 +31,8 @@ from chaosproxy.adapters.h1 import (
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
+from chaosproxy.llm import api_for_path
+from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
@@ -118,7 +120,7 @@ class Call(Exchange):
 class Route:
     """Requests under `prefix` go to `upstream` with the prefix taken off ("/" takes everything else)."""
 
-    __slots__ = ("prefix", "name", "upstream", "base_path", "host_header", "pool", "relay")
+    __slots__ = ("prefix", "name", "upstream", "base_path", "host_header", "pool", "relay", "llm")
 
     def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str, timeout: float) -> None:
         url = URL(upstream)
@@ -130,6 +132,7 @@ class Route:
         context = ssl.create_default_context() if url.scheme == "https" else None
         self.pool = UpstreamPool(url.raw_host or "127.0.0.1", url.port or 80, connect_timeout=timeout, tls=context)
         self.relay: BodyRelay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
+        self.llm = LlmRelay(engine)  # model-API requests (chat/completions, messages, responses)
 
     def target(self, raw_target: str) -> str | None:
         """The upstream request target (path and query) for a request's, or None when not under the prefix."""
@@ -219,6 +222,8 @@ class HttpProxy:
         msg = Message(self.transport, Phase.REQUEST, session=session_id, http_method=head.method,
                       path=unquote(path) if "%" in path else path, headers=HeaderView(head.headers),
                       route=route.name if route else None)
+        if head.method == "POST":
+            msg.api = api_for_path(msg.path)  # the call line names the model API even when nothing acts
         call = Call(msg)
         try:
             if head.method == "CONNECT" or not path.startswith("/"):
@@ -551,6 +556,7 @@ class Inspection:
                 else:
                     prefix = read
         headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
+        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
@@ -575,6 +581,12 @@ class Inspection:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 headers = _mirror_rpc_headers(headers, msg)
+        if llm is not None:
+            original = msg.body
+            llm.faults = call.faults
+            llm.rewrite_request()
+            if msg.body is not original:
+                body = msg.body
         if msg.body is not None and self.relay.watching:
             self.relay.expect(msg)
         if engine.active(Phase.RESPONSE, wire=False):  # rules read response bodies: ask for them plain
@@ -601,7 +613,7 @@ class Inspection:
                 if attempt == 2 or not self.conn.reused or self.conn.response_started or not replayable:
                     raise
                 self.conn = None
-        await self._relay(msg, response, reader)
+        await self._relay(msg, response, reader, llm)
 
     async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
         """Send the request upstream; a body too large to hold follows as it arrives."""
@@ -638,7 +650,7 @@ class Inspection:
             if self.reader is not None:
                 conn.discard(self.reader)
 
-    async def _relay(self, msg: Message, response: Head, reader: ResponseReader) -> None:
+    async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None) -> None:
         engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
         call.status = response.status
         headers = response.end_to_end(drop=frozenset({b"content-length"}))
@@ -660,13 +672,14 @@ class Inspection:
             reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
                             request=msg, route=msg.route)
+            reply.api, reply.model, reply.turn = msg.api, msg.model, msg.turn
             actions = [fired.action for fired in self._decide(reply, messages=False)]
         if exchange.no_body or response.status in (204, 304):
             call.finish(engine)
             exchange.start(response.status, response.reason, headers, length)
             exchange.end(reader.body.trailers)
             return
-        per_message = engine.active(Phase.RESPONSE, wire=False)
+        per_message = engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
         chunks: AsyncIterator[bytes] = reader.body.chunks()
         inspect = per_message and (is_stream or is_text(content_type))
         if inspect and (encoding := (header(headers, b"content-encoding") or b"").decode("latin-1").strip().lower()):
@@ -679,7 +692,10 @@ class Inspection:
                                 reason=f"response body is {encoding}-encoded: rules cannot read it")
         view = HeaderView(headers)
         payload: bytes | None = None
-        if is_stream and ((inspect and per_message) or msg.http_method == "GET"):
+        if is_stream and llm is not None:
+            if inspect:
+                chunks, length = llm.relay_events(chunks, view), None
+        elif is_stream and (inspect or msg.http_method == "GET"):
             chunks = relay.relay_events(chunks, msg, call.faults, self.proxy.max_message_bytes)
             length = None
         elif inspect and not is_stream and (length is None or length <= self.proxy.max_message_bytes):
@@ -687,7 +703,8 @@ class Inspection:
                 else (b"".join([piece async for piece in chunks]), True)
             if whole:
                 replaced: dict[str, str] = {}
-                payload = relay.relay_body(read, msg, view, replaced, call.faults)
+                payload = llm.relay_body(read, response.status, view) if llm is not None \
+                    else relay.relay_body(read, msg, view, replaced, call.faults)
                 if "Content-Type" in replaced:
                     headers = [*without(headers, b"content-type"),
                                (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
@@ -779,7 +796,9 @@ class UpstreamTimeout(UpstreamError, TimeoutError):
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
     fields: dict[str, Any] = {}
-    if msg.body is not None and (rpc := msg.rpc) is not None:
+    if msg.api is not None:
+        fields = {"api": msg.api, "model": msg.model, "turn": msg.turn}
+    elif msg.body is not None and (rpc := msg.rpc) is not None:
         fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
     engine.log.call(
         transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,

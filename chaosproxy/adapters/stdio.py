@@ -203,10 +203,10 @@ class StdioRelay:
                 await self._decide(msg, line, pipe)
             elif phase is Phase.REQUEST:
                 self._track(msg)  # before the server can answer it
-                await pipe.send(line)
+                await pipe.send(line if msg.trace is None else msg.body + b"\n")  # msg.body: with our _meta
             else:
                 await pipe.send(line)  # parsed only after it is on its way, for the call log
-                self._finish(self._track(msg))
+                self._finish(self._track(msg), reply=msg.rpc)
 
     def _track(self, msg: Message) -> _Call | None:
         """Pair the agent's requests with the server's replies by JSON-RPC id, for rules and the call log.
@@ -221,6 +221,8 @@ class StdioRelay:
             if "method" not in rpc:
                 return None  # the agent answering the server
             call = self._pending[key] = _Call(key, msg)
+            if self.engine.tracing.on:
+                self.engine.tracing.start(msg, network="pipe")
             if len(self._pending) > MAX_PENDING:
                 del self._pending[next(iter(self._pending))]
             return call
@@ -233,9 +235,9 @@ class StdioRelay:
 
     async def _decide(self, msg: Message, line: bytes, pipe: _Pipe) -> None:
         """Ask the engine about one line and carry out its answer; a wait holds only this line."""
-        call = self._track(msg)
         original = msg.body
         assert original is not None
+        call = self._track(msg)
         fired = self.engine.decide(msg)
         if call is not None:
             call.faults.extend(f.rule.name for f in fired)
@@ -299,7 +301,7 @@ class StdioRelay:
         elif outcome == "reset":
             self._crash()
         if msg.phase is Phase.RESPONSE or outcome != "ok":
-            self._finish(call, outcome)
+            self._finish(call, outcome, reply=msg.rpc if msg.phase is Phase.RESPONSE else None)
 
     def _crash(self) -> None:
         """A reset on stdio: the agent's pipes close as if the server had died, and the relay ends."""
@@ -307,7 +309,7 @@ class StdioRelay:
         self._to_agent.close()
         self._crashed.set()
 
-    def _finish(self, call: _Call | None, outcome: str = "ok") -> None:
+    def _finish(self, call: _Call | None, outcome: str = "ok", reply: dict[str, Any] | None = None) -> None:
         """The call's exchange is over (answered, or ended by a fault): write its call log line."""
         if call is None:
             return
@@ -319,6 +321,8 @@ class StdioRelay:
             rpc_id=(request.rpc or {}).get("id"), outcome=outcome,
             duration_ms=round((time.perf_counter() - call.started) * 1000, 3), faults=call.faults,
         )
+        if request.trace is not None:
+            request.trace.end(outcome, reply=reply)
 
 
 def _waits(action: Action) -> bool:

@@ -6,6 +6,9 @@
       --suite scenarios/suites/transient.yaml --randomize 20 --timeout 60
   chaosproxy drill drill.yaml                      # the same settings from a file (flags win)
   chaosproxy drill --replay drills/drill-20260101-120000/run-17
+  chaosproxy drill drill.yaml --plan                 # the run matrix (run, shard, scenario, seed) only
+  chaosproxy drill drill.yaml --shard 1/3 --out drills/s1   # shard 1 of 3 (from 0); merge them afterwards:
+  chaosproxy merge drills/s0 drills/s1 drills/s2 --out drills/all
 
 Each run gets its own proxy (or, with --stdio, a ready `chaosproxy stdio` command line) and its own
 seed. The agent finds in its environment (the drill's, less any other CHAOSPROXY_* variable):
@@ -27,9 +30,21 @@ import argparse
 import collections
 import sys
 from pathlib import Path
+from typing import Any
+
+from chaosproxy.report.command import add_gate_arguments
 
 EXIT_INVALID = 2
 EXIT_STOPPED = 130
+
+
+def _shard(text: str) -> Any:
+    from chaosproxy.drill.plan import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,35 +70,120 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the drill's folder (default drills/drill-TIMESTAMP)")
     parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
                         help="run DRILL/run-N again with its scenario and seed (with --agent: another agent)")
+    parser.add_argument("--plan", nargs="?", const="-", metavar="FILE",
+                        help="print the run matrix (run, shard, kind, scenario, seed) and run nothing; "
+                             "with FILE, write it as JSON lines (the scenarios' text included)")
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="carry out only shard I of N (I from 0, e.g. \"$JOB_COMPLETION_INDEX/4\"): "
+                             "every "
+                             "N-th run of the same plan, same run numbers and seeds; needs --seed")
+    add_gate_arguments(parser)
+    parser.add_argument("--executor", choices=["local", "ray"],
+                        help="local processes (default), or a Ray task per run "
+                             "(pip install 'chaosproxy[ray]')")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="the Ray cluster to use (default: $RAY_ADDRESS, else a local one)")
+    parser.add_argument("--ray-num-cpus", type=float, metavar="N",
+                        help="CPUs each run's Ray task reserves (default 1)")
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shards", type=Path, nargs="+", metavar="SHARD_DIR",
+                        help="the folders of `chaosproxy drill --shard I/N` runs of one drill")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="the merged drill's folder")
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    """Merge the shards of one drill into one folder, as if it had run unsharded."""
+    from chaosproxy.drill.folder import DrillFolderError, merge, write_merged
+
+    try:
+        drill = merge(args.shards)
+        for warning in drill.warnings:
+            print(f"chaosproxy merge: warning: {warning}", file=sys.stderr)
+        write_merged(drill, args.out)
+    except DrillFolderError as exc:
+        print(f"chaosproxy merge: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"merged {len(args.shards)} shard(s), {len(drill.results)} runs, into {args.out}/; "
+          f"the report: chaosproxy report {args.out} --html report.html")
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
     import asyncio
 
     try:
-        return _replay(args) if args.replay is not None else _drill(args)
+        if args.replay is not None:
+            return _replay(args)
+        return _plan(args) if args.plan is not None else _drill(args)
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("chaosproxy drill: stopped; the runs' processes were ended, finished runs are in results.jsonl",
               file=sys.stderr)
         return EXIT_STOPPED
 
 
-def _drill(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace) -> Any:
     from chaosproxy.drill.config import DrillConfig, load_config
-    from chaosproxy.drill.drill import run_drill
+
+    return load_config(args.file, {key: getattr(args, key) for key in DrillConfig.model_fields})
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """The run matrix, and what it costs, without running anything."""
+    import json
+
+    from chaosproxy.drill.drill import plan
+    from chaosproxy.drill.plan import Shard
     from chaosproxy.scenario import ScenarioError
 
     try:
-        folder, results = run_drill(load_config(args.file, {key: getattr(args, key)
-                                                            for key in DrillConfig.model_fields}))
+        config = _config(args)
+        seed, specs, chosen = plan(config, args.shard)
+    except (ScenarioError, ValueError) as exc:
+        print(exc if isinstance(exc, ScenarioError) else f"chaosproxy drill: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    shard = args.shard or Shard(0, 1)
+    positions = {spec.name: position for position, spec in enumerate(specs)}
+    rows = [{"run": spec.name, "shard": f"{positions[spec.name] % shard.count}/{shard.count}",
+             "kind": spec.kind, "scenario": spec.label, "seed": spec.seed} for spec in chosen]
+    if args.plan != "-":
+        with open(args.plan, "w", encoding="utf-8") as out:
+            for row, spec in zip(rows, chosen, strict=True):
+                out.write(json.dumps({**row, "root_seed": seed, "scenario_text": spec.scenario_text}) + "\n")
+    else:
+        widths = {key: max(len(key), *(len(str(row[key])) for row in rows)) for key in rows[0]}
+        print("  ".join(key.ljust(width) for key, width in widths.items()).rstrip())
+        for row in rows:
+            print("  ".join(str(row[key]).ljust(width) for key, width in widths.items()).rstrip())
+    kinds = collections.Counter(spec.kind for spec in chosen)
+    which = f"{len(specs)} runs"
+    if args.shard is not None:
+        which = f"shard {args.shard}: {len(chosen)} of the plan's {which}"
+    print(f"{which} ({', '.join(f'{n} {kind}' for kind, n in kinds.items())}), root seed {seed}, "
+          f"at most {config.timeout:g} s each, {config.jobs} at a time"
+          + (f"; written to {args.plan}" if args.plan != "-" else ""), file=sys.stderr)
+    return 0
+
+
+def _drill(args: argparse.Namespace) -> int:
+    from chaosproxy.drill.drill import run_drill
+    from chaosproxy.report.command import gate
+    from chaosproxy.report.profile import build_profile
+    from chaosproxy.scenario import ScenarioError
+
+    try:
+        folder, results = run_drill(_config(args), args.shard)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
-    except FileExistsError as exc:
+    except (FileExistsError, ValueError) as exc:
         print(f"chaosproxy drill: {exc}", file=sys.stderr)
         return EXIT_INVALID
     print(summary(results))
     print(f"\nruns and logs in {folder}/; the report: chaosproxy report {folder} --html report.html")
+    if args.fail_under and (status := gate(build_profile(results), args.fail_under, [])):
+        return status
     return 1 if any(result["status"] == "error" for result in results) else 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,6 +33,9 @@ class DrillConfig(BaseModel):
     judge: str | None = None
     seed: int | None = Field(None, ge=0)
     out: Path | None = None
+    executor: Literal["local", "ray"] = "local"  # local processes, or a Ray task per run
+    ray_address: str | None = None  # the cluster to join; unset: RAY_ADDRESS, else a local one
+    ray_num_cpus: float = Field(1, gt=0)  # CPUs each run's task reserves on its node
 
     @field_validator("agent", "stdio", "judge")
     @classmethod
@@ -56,6 +59,8 @@ class DrillConfig(BaseModel):
             raise ValueError("give exactly one of upstream (an HTTP tool server) and stdio (a command)")
         if (self.randomize > 0) != (self.suite is not None):
             raise ValueError("randomize and suite go together: --randomize N --suite FILE")
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError("ray_address is for --executor ray")
         return self
 
     @property

@@ -1,7 +1,7 @@
 """A drill as a whole: plan it, carry out its runs into its folder, or replay one run.
 
-The drill's folder holds drill.json (the settings and the root seed), results.jsonl (one line per
-run) and one folder per run with everything needed to explain and replay it.
+The drill's folder holds drill.json (the settings, the root seed, the shard), results.jsonl (one line
+per run) and one folder per run with everything needed to explain and replay it.
 """
 
 from __future__ import annotations
@@ -14,29 +14,50 @@ from typing import Any
 
 from chaosproxy import __version__
 from chaosproxy.drill.config import DrillConfig
-from chaosproxy.drill.plan import RunSpec, plan_runs
+from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
+from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine import draw_seed
-
-RESULTS_FILE = "results.jsonl"
-DRILL_FILE = "drill.json"
+from chaosproxy.otel import from_environment as otel_tracing
 
 
-def run_drill(config: DrillConfig) -> tuple[Path, list[dict[str, Any]]]:
-    """Plan and carry out a drill; returns its folder and the results. Raises ScenarioError on bad input
-    and FileExistsError when the folder is already used."""
+def plan(config: DrillConfig, shard: Shard | None = None) -> tuple[int, list[RunSpec], list[RunSpec]]:
+    """The root seed, the whole plan and the runs to carry out (a shard's, or all). Raises ScenarioError
+    on bad input, ValueError for a shard without a root seed (each shard would draw its own plan)."""
+    if shard is not None and config.seed is None:
+        raise ValueError("a sharded drill needs --seed: every shard must draw the same plan")
     seed = config.seed if config.seed is not None else draw_seed()
     specs = plan_runs(config, seed)
+    return seed, specs, shard.select(specs) if shard is not None else specs
+
+
+def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """Plan and carry out a drill (or one shard of it); returns its folder and the results. Raises
+    ScenarioError or ValueError on bad input and FileExistsError when the folder is already used."""
+    seed, specs, chosen = plan(config, shard)
     folder = config.out or Path("drills") / datetime.now(UTC).strftime("drill-%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     if any(folder.iterdir()):
         raise FileExistsError(f"{folder} is not empty; give the drill a new folder with --out")
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    settings = {"version": __version__, "seed": seed, "started": started, "runs": len(specs),
-                "config": config.model_dump(mode="json")}
+    settings: dict[str, Any] = {"version": __version__, "seed": seed, "started": started, "runs": len(specs),
+                                "config": config.model_dump(mode="json")}
+    if shard is not None:
+        settings["shard"] = {"index": shard.index, "count": shard.count, "runs": len(chosen)}
     (folder / DRILL_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    runs = [Run(spec, folder / spec.name, config) for spec in specs]
-    results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, Progress(len(runs))))
+    progress = Progress(len(chosen))
+    if config.executor == "ray":
+        from chaosproxy.drill.ray_executor import execute_on_ray
+
+        runs = [Run(spec, folder / spec.name, config) for spec in chosen]
+        results = execute_on_ray(runs, config, folder / RESULTS_FILE, progress)
+    else:
+        tracing = otel_tracing(False, run_id=folder.name, seed=seed)  # a root span per run when OTEL_* asks
+        runs = [Run(spec, folder / spec.name, config, tracing) for spec in chosen]
+        try:
+            results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, progress))
+        finally:
+            tracing.shutdown()
     return folder, [result.record() for result in results]
 
 

@@ -56,3 +56,32 @@ def plan_runs(config: DrillConfig, root_seed: int) -> list[RunSpec]:
             name = f"run-{len(runs) + 1}"
             runs.append(RunSpec(name, label, kind, text, derive_seed(root_seed, name)))
     return runs
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Shard `index` of `count` (index from 0, as Kubernetes' JOB_COMPLETION_INDEX): every count-th run of
+    the plan from run index+1 on, so each shard gets its share of clean runs and of every scenario."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        index, sep, count = text.partition("/")
+        if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ValueError(f"expected I/N (e.g. 0/3, I from 0 to N-1), got {text!r}")
+        shard = cls(int(index), int(count))
+        if not 0 <= shard.index < shard.count:
+            raise ValueError(f"shard {text}: I must be from 0 to N-1 (e.g. 0/3, 1/3, 2/3)")
+        return shard
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def of(self, position: int) -> bool:
+        """Whether the run at `position` (from 0) in the plan is this shard's."""
+        return position % self.count == self.index
+
+    def select(self, runs: list[RunSpec]) -> list[RunSpec]:
+        return [run for position, run in enumerate(runs) if self.of(position)]

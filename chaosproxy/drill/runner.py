@@ -25,6 +25,7 @@ from yarl import URL
 
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.plan import RunSpec
+from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.report.logfile import read_events
 
 PROXY_START_S = 20.0  # how long a proxy may take to start listening
@@ -52,6 +53,7 @@ class RunResult:
     faults: dict[str, int] = field(default_factory=dict)
     components: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    trace_id: str | None = None  # the run's trace, when spans are exported (chaosproxy.otel)
 
     @property
     def success(self) -> bool | None:
@@ -126,11 +128,13 @@ class _Group:
 class Run:
     """One run in its folder: scenario.yaml, log.jsonl, agent.stdout/.stderr, proxy.stderr, run.json."""
 
-    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig) -> None:
+    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig, tracing: Tracing = NO_TRACING) -> None:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
         self.groups: list[_Group] = []
+        self.tracing = tracing
+        self.trace_env: dict[str, str] = {}  # TRACEPARENT and BAGGAGE for the agent and the proxy
 
     async def execute(self) -> RunResult:
         spec = self.spec
@@ -139,6 +143,9 @@ class Run:
         (self.folder / "scenario.yaml").write_text(spec.scenario_text, encoding="utf-8")
         self._write_run_file(None)
         started = time.monotonic()
+        baggage = {"chaosproxy.run": spec.name, "chaosproxy.scenario": spec.label, "chaosproxy.seed": spec.seed}
+        span = self.tracing.run_span(f"chaosproxy.drill {spec.name}", {**baggage, "chaosproxy.run.kind": spec.kind})
+        self.trace_env, result.trace_id = span.environment(baggage), span.trace_id
         try:
             await self._carry_out(result)
         except _RunError as exc:
@@ -146,13 +153,15 @@ class Run:
         finally:
             for group in self.groups:
                 group.kill()
+            span.end(result.status)
         result.duration_s = round(time.monotonic() - started, 3)
         self._count_faults(result)
         self._write_run_file(result)
         return result
 
     async def _carry_out(self, result: RunResult) -> None:
-        env = {**_environment(), "CHAOSPROXY_RUN": str(self.folder), "CHAOSPROXY_SEED": str(self.spec.seed)}
+        env = {**_environment(), **self.trace_env, "CHAOSPROXY_RUN": str(self.folder),
+               "CHAOSPROXY_SEED": str(self.spec.seed)}
         proxy: _Group | None = None
         if self.config.upstream is not None:
             proxy, url = await self._start_proxy(self.config.upstream)
@@ -200,7 +209,8 @@ class Run:
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         with open(stderr_path, "wb") as err:
-            proxy = await _Group.start(argv, env=_environment(), stdout=subprocess.DEVNULL, stderr=err)
+            proxy = await _Group.start(argv, env={**_environment(), **self.trace_env}, stdout=subprocess.DEVNULL,
+                                       stderr=err)
         self.groups.append(proxy)
         deadline = time.monotonic() + PROXY_START_S
         while (found := _LISTENING.search(stderr_path.read_bytes())) is None:

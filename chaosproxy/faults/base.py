@@ -31,6 +31,7 @@ class Level(StrEnum):
     JSONRPC = "jsonrpc"
     MCP = "mcp"
     CONTENT = "content"
+    LLM = "llm"  # the model API's own messages: the user's prompt, the model's completion and tool calls
 
 
 @dataclass(slots=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from chaosproxy import __version__
+from chaosproxy.drill.folder import Drill, read_drill
 from chaosproxy.report.behaviour import Behaviour, Recovery, behaviour
 from chaosproxy.report.logfile import Session, read_sessions
 from chaosproxy.report.profile import Profile, ProfileRow, build_profile
@@ -30,39 +30,38 @@ class Report:
     profile: Profile | None
     behaviour: Behaviour
     timelines: list[Timeline]  # runs that did not pass first
-
-
-def read_results(folder: Path) -> list[dict[str, Any]]:
-    """A drill's results.jsonl (written as runs finish) in run order."""
-    lines = (folder / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    results = [json.loads(line) for line in lines if line.strip()]
-    return sorted(results, key=lambda result: int(result["run"].rpartition("-")[2]))
+    notes: list[str] = field(default_factory=list)  # what was skipped or is missing, as warned
 
 
 def build_report(path: Path) -> Report:
-    """Raises ValueError when `path` is neither a drill's folder nor a log file."""
-    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    """From a log file or a drill's folder. Raises ValueError (DrillFolderError) naming what is wrong."""
     if path.is_file():
         sessions = read_sessions(path)
         timelines = [Timeline(f"session {s.session} of run {s.run_id}", None, s) for s in sessions]
-        return Report(str(path), generated, None, None, behaviour(sessions), timelines)
-    if not (path / "results.jsonl").is_file():
-        raise ValueError(f"{path}: neither a perturbation log nor a drill's folder (no results.jsonl)")
-    results = read_results(path)
-    drill_file = path / "drill.json"
-    drill = json.loads(drill_file.read_text(encoding="utf-8")) if drill_file.is_file() else None
+        return Report(str(path), _now(), None, None, behaviour(sessions), timelines)
+    return drill_report(read_drill(path))
+
+
+def drill_report(drill: Drill) -> Report:
+    """A drill read from its folder, or merged from its shards."""
     timelines = []
-    for result in sorted(results, key=lambda r: r["status"] == "passed"):  # stable: run order within each
-        log = path / result["run"] / "log.jsonl"
+    for result in sorted(drill.results, key=lambda r: r["status"] == "passed"):  # stable: in run order
+        log = drill.log(result["run"])
         sessions = read_sessions(log) if log.is_file() else []
         title = f"{result['run']} · {result['label']} · {result['status']}"
+        title += f" · trace {result['trace_id']}" if result.get("trace_id") else ""
         timelines += [Timeline(title + (f" · session {s.session}" if len(sessions) > 1 else ""),
                                result["status"], s) for s in sessions]
-    return Report(str(path), generated, drill, build_profile(results),
-                  behaviour(timeline.session for timeline in timelines), timelines)
+    return Report(", ".join(map(str, drill.sources)), _now(), drill.settings or None,
+                  build_profile(drill.results), behaviour(timeline.session for timeline in timelines),
+                  timelines, list(drill.warnings))
 
 
-def _rate(rate: Rate) -> dict[str, Any]:
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def rate_json(rate: Rate) -> dict[str, Any]:
     low, high = rate.interval
     return {"successes": rate.successes, "runs": rate.n, "rate": rate.value,
             "ci95": [round(low, 4), round(high, 4)]}
@@ -70,7 +69,8 @@ def _rate(rate: Rate) -> dict[str, Any]:
 
 def _row(row: ProfileRow) -> dict[str, Any]:
     interval = row.drop_interval
-    return {"name": row.name, "clean": _rate(row.clean), "perturbed": _rate(row.perturbed), "drop": row.drop,
+    return {"name": row.name, "clean": rate_json(row.clean), "perturbed": rate_json(row.perturbed),
+            "drop": row.drop,
             "drop_ci95": [round(interval[0], 4), round(interval[1], 4)] if interval else None}
 
 
@@ -82,13 +82,16 @@ def report_json(report: Report) -> dict[str, Any]:
     data: dict[str, Any] = {"source": report.source, "generated": report.generated, "chaosproxy": __version__}
     if report.drill is not None:
         data["drill"] = report.drill
+    if report.notes:
+        data["notes"] = report.notes
     if (profile := report.profile) is not None:
         data["profile"] = {
             "runs": profile.runs, "errors": profile.errors, "unexposed": profile.unexposed,
             "overall": _row(profile.overall),
             "by_component": [_row(row) for row in profile.by_component],
             "by_fault": [_row(row) for row in profile.by_fault],
-            "by_configuration": [{"label": c.label, "kind": c.kind, **_rate(c.rate), "statuses": c.statuses,
+            "by_configuration": [{"label": c.label, "kind": c.kind, **rate_json(c.rate),
+                                  "statuses": c.statuses,
                                   "faults": c.faults} for c in profile.by_configuration],
         }
     b = report.behaviour

@@ -40,7 +40,7 @@ MAX_TIMELINES = 40  # sessions drawn; the rest are counted
 OPEN_TIMELINES = 3  # drawn open; the others are one click away
 
 
-def _table(table: Table) -> str:
+def html_table(table: Table) -> str:
     header, rows = table
     head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
@@ -53,31 +53,31 @@ def _legend(swatches: dict[str, str], extra: str = "") -> str:
     ) + (f"<span>{escape(extra)}</span>" if extra else "") + "</p>"
 
 
-def _note(text: str) -> str:
+def html_note(text: str) -> str:
     return f'<p class="note">{escape(text)}</p>'
 
 
 def _profile(profile: Profile) -> str:
     rows = [profile.overall, *profile.by_component]
-    parts = ['<h2 id="profile">Robustness profile</h2>', _note(PROFILE_NOTE),
+    parts = ['<h2 id="profile">Robustness profile</h2>', html_note(PROFILE_NOTE),
              _legend({"clean": CLEAN_COLOUR, **COMPONENT_COLOURS}),
              "<h3>By POMDP component</h3>", profile_chart(rows, "component"),
-             _table(profile_table(rows, "component"))]
+             html_table(profile_table(rows, "component"))]
     if profile.by_fault:
         parts += ["<h3>By fault type</h3>", profile_chart(profile.by_fault, "fault"),
-                  _table(profile_table(profile.by_fault, "fault"))]
-    parts += ["<h3>By scenario</h3>", _table(configuration_table(profile))]
+                  html_table(profile_table(profile.by_fault, "fault"))]
+    parts += ["<h3>By scenario</h3>", html_table(configuration_table(profile))]
     if notes := profile_notes(profile):
-        parts.append(_note(notes))
+        parts.append(html_note(notes))
     return "\n".join(parts)
 
 
 def _behaviour(b: Behaviour) -> str:
-    parts = ['<h2 id="behaviour">Agent behaviour</h2>', _table(behaviour_table(b))]
+    parts = ['<h2 id="behaviour">Agent behaviour</h2>', html_table(behaviour_table(b))]
     if b.recovery_by_component:
-        parts += ["<h3>Recovery by component of the fault</h3>", _table(recovery_table(b))]
+        parts += ["<h3>Recovery by component of the fault</h3>", html_table(recovery_table(b))]
     if b.faults_by_type:
-        parts += ["<h3>Faults fired</h3>", _table(faults_table(b))]
+        parts += ["<h3>Faults fired</h3>", html_table(faults_table(b))]
     return "\n".join(parts)
 
 
@@ -91,17 +91,23 @@ def _timelines(timelines: list[Timeline]) -> str:
                      f"{escape(timeline.title)}: {len(session.calls)} call(s), {len(session.faults)} fault(s)"
                      f"</summary>{timeline_chart(session)}</details>")
     if (omitted := len(timelines) - MAX_TIMELINES) > 0:
-        parts.append(_note(f"{omitted} more session(s) not drawn; their logs are in the run folders."))
+        parts.append(html_note(f"{omitted} more session(s) not drawn; their logs are in the run folders."))
     return "\n".join(parts)
 
 
 def render_html(report: Report) -> str:
-    body = [f'<h1>chaosproxy robustness report</h1><p class="meta">{escape(heading(report))}</p>']
+    body = [f'<h1>chaosproxy robustness report</h1><p class="meta">{escape(heading(report))}</p>',
+            *(html_note(f"warning: {note}") for note in report.notes)]
     if report.profile is not None:
         body.append(_profile(report.profile))
     body.append(_behaviour(report.behaviour))
     body.append(_timelines(report.timelines))
+    return html_page("chaosproxy robustness report", STYLE, body)
+
+
+def html_page(title: str, style: str, body: list[str]) -> str:
+    """One self-contained page: the style inline, nothing fetched."""
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>chaosproxy robustness report</title><style>{STYLE}</style></head><body>\n"
+            f"<title>{escape(title)}</title><style>{style}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")

@@ -24,6 +24,7 @@ def _table(table: Table) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     lines = ["# chaosproxy robustness report", "", heading(report), ""]
+    lines += [*(f"> warning: {note}" for note in report.notes), ""] if report.notes else []
     if (profile := report.profile) is not None:
         lines += ["## Robustness profile", "", PROFILE_NOTE, ""]
         lines += _table(profile_table([profile.overall, *profile.by_component], "component"))

@@ -11,7 +11,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaosproxy.report.stats import Rate, drop_interval
+from chaosproxy.report.stats import Rate, difference_interval
 
 COMPONENTS = ("observation", "action", "reward", "transition")
 
@@ -30,7 +30,7 @@ class ProfileRow:
 
     @property
     def drop_interval(self) -> tuple[float, float] | None:
-        return drop_interval(self.clean, self.perturbed)
+        return difference_interval(self.clean, self.perturbed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,13 @@ class Rate:
         return wilson(self.successes, self.n)
 
 
-def drop_interval(clean: Rate, perturbed: Rate) -> tuple[float, float] | None:
-    """95% interval of clean minus perturbed success rate: Newcombe's hybrid score method, which combines
-    the two Wilson intervals (it stays inside [-1, 1] and is sound at small n)."""
-    p1, p2 = clean.value, perturbed.value
+def difference_interval(first: Rate, second: Rate) -> tuple[float, float] | None:
+    """95% interval of the first minus the second success rate (clean minus perturbed, new minus base):
+    Newcombe's hybrid score method, which combines the two Wilson intervals (it stays inside [-1, 1]
+    and is sound at small n)."""
+    p1, p2 = first.value, second.value
     if p1 is None or p2 is None:
         return None
-    (l1, u1), (l2, u2) = clean.interval, perturbed.interval
+    (l1, u1), (l2, u2) = first.interval, second.interval
     d = p1 - p2
     return d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2)

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from html import escape
+from typing import TYPE_CHECKING
 
 from chaosproxy.faults import REGISTRY
 from chaosproxy.report.fmt import drop_text, ms_text, percent
 from chaosproxy.report.logfile import Call, Fault, Session
 from chaosproxy.report.profile import ProfileRow
 from chaosproxy.report.stats import Rate
+
+if TYPE_CHECKING:
+    from chaosproxy.report.compare import CompareRow
 
 COMPONENT_COLOURS = {"observation": "#1f77b4", "action": "#8e44ad", "reward": "#d68910",
                      "transition": "#c0392b"}
@@ -136,3 +140,29 @@ def _marker(fault: Fault, cx: float, top: float) -> str:
     return (f'<g class="fault"><title>{escape(_fault_tip(fault))}</title>'
             f'<path d="M{cx:.1f} {top - 1:.1f} l5 -7 h-10 z" '
             f'fill="{component_colour(fault.component)}"/></g>')
+
+
+def comparison_chart(rows: list[CompareRow], name: str) -> str:
+    """Paired bars per row: the base drill's success rate above the new one's, 95% intervals as whiskers,
+    and the difference with a mark where it is a real change."""
+    label_w, plot_w, diff_w, bar_h, row_h = 170, 400, 300, 12, 40
+    height = 28 + row_h * len(rows)
+
+    def x(value: float) -> float:
+        return label_w + value * plot_w
+
+    parts = [_svg_open("comparison", name, label_w + plot_w + diff_w, height),
+             f"<title>success rate base vs new, by {escape(name)}</title>"]
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        parts += [_line(x(tick), 18, x(tick), height, "grid"),
+                  _text(x(tick), 12, percent(tick), anchor="middle", css="axis")]
+    for i, row in enumerate(rows):
+        top = 26 + i * row_h
+        parts.append(_text(label_w - 8, top + bar_h + 4, row.name, anchor="end", css="label"))
+        parts.append(_bar(row.base, top, bar_h, CLEAN_COLOUR, "base", x))
+        parts.append(_bar(row.new, top + bar_h + 2, bar_h, component_colour(row.name), "new", x))
+        mark = {"better": " ▲", "worse": " ▼"}.get(row.verdict or "", "")
+        parts.append(_text(x(1) + 10, top + bar_h + 4, row.difference_text().split(" real:")[0] + mark,
+                           css=f"note {row.verdict or 'same'}"))
+    parts.append("</svg>")
+    return "\n".join(parts)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chaosproxy.report.build import read_results
+from chaosproxy.drill.folder import Drill
 from chaosproxy.report.logfile import Call, Fault, Session, read_sessions
 
 
@@ -34,13 +34,13 @@ def trajectory(session: Session) -> dict[str, Any]:
             "unattached_faults": [_fault(fault, origin) for fault in session.unattached]}
 
 
-def trajectories(path: Path) -> Iterator[dict[str, Any]]:
-    """From a log file, its sessions; from a drill's folder, every run's, with the run's outcome."""
-    if path.is_file():
-        yield from (trajectory(session) for session in read_sessions(path))
+def trajectories(source: Path | Drill) -> Iterator[dict[str, Any]]:
+    """From a log file, its sessions; from a drill, every run's, with the run's outcome."""
+    if isinstance(source, Path):
+        yield from (trajectory(session) for session in read_sessions(source))
         return
-    for result in read_results(path):
-        log = path / result["run"] / "log.jsonl"
+    for result in source.results:
+        log = source.log(result["run"])
         if log.is_file():
             outcome = {"drill_run": result["run"], "scenario": result["label"], "status": result["status"],
                        "success": result["success"]}

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import Field
+
+from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.faults._llm import LlmFault, call_arguments, is_stream
+from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.llm import ANTHROPIC
+
+
+@register
+class MalformedToolCall(LlmFault):
+    """Break the arguments of a tool call the model made: truncated or invalid JSON, or wrong value types."""
+
+    type: Literal["malformed_tool_call"] = "malformed_tool_call"
+    kind: Literal["truncated", "invalid_json", "wrong_types"] = Field("truncated", description=(
+        "truncated: the JSON cut off half-way; invalid_json: Python-style quotes and a trailing comma; "
+        "wrong_types: valid JSON with each value of another type"))
+
+    component = Component.ACTION
+    target = "call"
+
+    def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
+        msg = ctx.message
+        arguments = call_arguments(msg)
+        if arguments is None:
+            return None
+        rpc = msg.rpc
+        assert rpc is not None
+        if self.kind == "wrong_types":
+            if not arguments:
+                return Skip("the tool call has no arguments to give wrong types")
+            broken: Any = {key: _retyped(value) for key, value in arguments.items()}
+        elif msg.api == ANTHROPIC and not is_stream(msg):
+            return Skip("a whole Anthropic reply carries tool input as a JSON object: use kind wrong_types")
+        else:
+            text = orjson.dumps(arguments).decode()
+            broken = text[: max(1, len(text) // 2)] if self.kind == "truncated" else _python_style(arguments)
+        return Rewrite({**rpc, "params": {**rpc["params"], "arguments": broken}})
+
+
+def _retyped(value: Any) -> Any:
+    match value:
+        case bool():
+            return "true" if value else "false"
+        case int() | float():
+            return str(value)
+        case str():
+            return [value]
+        case list():
+            return {"items": value}
+    return str(value)
+
+
+def _python_style(arguments: dict[str, Any]) -> str:
+    """What a model imitating Python writes: single quotes, True/None, a trailing comma."""
+    inner = ", ".join(f"{key!r}: {value!r}" for key, value in arguments.items())
+    return "{" + inner + (",}" if inner else "}")

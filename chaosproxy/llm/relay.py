@@ -1,0 +1,369 @@
+"""The LLM relay: model-API requests and replies through the engine, by way of the shared view.
+
+For each request the relay builds synthetic MCP-shaped messages (the tools array as a tools/list
+result, the newest tool results as tools/call results, the newest user turn as a prompt), asks the
+engine with a key naming each message's content, and writes what the faults changed back into the
+body. For each reply it asks about every tool call the model made (the engine's tool routes undo
+what the proxy invented) and about the completion as a whole, and edits the body or the stream.
+
+Agents resend the whole history every turn, so what was done to a message once is remembered (per
+session, bounded) and done again to its resends: the model never sees its past change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from chaosproxy import streams
+from chaosproxy.actions import Reply as ReplyAction
+from chaosproxy.engine import Engine, Fired
+from chaosproxy.faults import Level
+from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
+    openai_responses, view
+from chaosproxy.llm.actions import EmptyCompletion, StreamError
+from chaosproxy.llm.stream import StreamPlan
+from chaosproxy.llm.view import FormatError, Request, ToolCall
+from chaosproxy.message import Message, Phase
+
+FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
+MAX_SESSIONS = 1024
+MAX_REMEMBERED = 4096  # per session and kind: tool calls, answers, rewritten history items
+
+
+def key_of(*parts: str | bytes) -> str:
+    """A short digest naming a message's content (the engine draws its decisions from it)."""
+    h = hashlib.blake2b(digest_size=12)
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class _Bounded[K, V](OrderedDict[K, V]):
+    def remember(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > MAX_REMEMBERED:
+            self.popitem(last=False)
+
+
+@dataclass(slots=True)
+class Memory:
+    """What the relay remembers of one session's conversations, so resent history is treated alike."""
+
+    said: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the model said
+    relayed: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the agent got
+    answers: _Bounded[str, dict[str, Any]] = field(default_factory=_Bounded)  # call id -> the proxy's result
+    history: _Bounded[str, Any] = field(default_factory=_Bounded)  # content key -> rewritten text or result
+    counterparts: _Bounded[str, str] = field(default_factory=_Bounded)  # shown tool name -> the agent's tool
+
+
+@dataclass(frozen=True, slots=True)
+class _Interest:
+    """Which kinds of synthetic message some rule of the scenario in force can act on."""
+
+    tools: bool  # tools arrays and tool results (response-phase message rules)
+    prompt: bool
+    calls: bool  # the model's tool calls (request-phase message rules other than prompt ones)
+    completion: bool
+    any_llm: bool  # some rule names an api or model or is a model-API fault
+
+
+def _interest(engine: Engine) -> _Interest:
+    rules = [rule for rule in engine.scenario.rules if rule.enabled]
+    message = [rule for rule in rules if rule.fault.on_messages]
+
+    def target(rule: Any) -> str | None:
+        return getattr(rule.fault, "target", None) if rule.fault.level is Level.LLM else None
+
+    return _Interest(
+        tools=any(r.fault.phase is Phase.RESPONSE and target(r) is None for r in message),
+        prompt=any(target(r) == "prompt" for r in message),
+        calls=any(r.fault.phase is Phase.REQUEST and target(r) != "prompt" for r in message),
+        completion=any(target(r) == "completion" for r in message),
+        any_llm=any(r.match.api or r.match.model or r.fault.level is Level.LLM
+                    or r.fault.type.startswith("llm_") for r in rules),
+    )
+
+
+class LlmRelay:
+    """Model-API awareness for one HTTP route: opens an `LlmExchange` per request it understands."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions: OrderedDict[str, Memory] = OrderedDict()
+        self._interest: tuple[int, _Interest] | None = None
+
+    @property
+    def interest(self) -> _Interest:
+        scenario = id(self.engine.scenario)
+        if self._interest is None or self._interest[0] != scenario:
+            self._interest = (scenario, _interest(self.engine))
+        return self._interest[1]
+
+    def memory(self, session: str) -> Memory:
+        memory = self._sessions.get(session)
+        if memory is None:
+            memory = self._sessions[session] = Memory()
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session)
+        return memory
+
+    def open(self, msg: Message) -> LlmExchange | None:
+        """The exchange for a model-API request (setting msg.api, model and turn), or None: then the
+        request is not one (or not one this relay understands) and passes untouched."""
+        if msg.http_method != "POST" or msg.path is None:
+            return None
+        api = msg.api = api_for_path(msg.path)
+        if not self.engine.scenario.rules:
+            return None  # nothing can act: the call line still names the API, the body is not parsed
+        if api is None:
+            if self.interest.any_llm and msg.body and b'"model"' in msg.body[:4096]:
+                self.skip(msg, f"POST {msg.path} is no model-API path chaosproxy knows "
+                               "(chat/completions, responses, messages)")
+            return None
+        if msg.body is None:
+            self.skip(msg, "the request body was not read (streamed or over the size limit)")
+            return None
+        try:
+            body = orjson.loads(msg.body)
+            if not isinstance(body, dict):
+                raise FormatError(f"the body is a JSON {type(body).__name__}, not an object")
+            request = FORMATS[api].parse_request(body)
+        except (orjson.JSONDecodeError, FormatError) as exc:
+            self.skip(msg, f"not a valid {api} request: {exc}")
+            return None
+        msg.model, msg.turn = request.model, request.turn
+        return LlmExchange(self, FORMATS[api], msg, body, request)
+
+    def skip(self, msg: Message, reason: str) -> None:
+        self.engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                             api=msg.api, model=msg.model, turn=msg.turn, reason=reason)
+
+
+class LlmExchange:
+    """One model-API request and its reply."""
+
+    def __init__(self, relay: LlmRelay, fmt: ModuleType, msg: Message, body: dict[str, Any],
+                 request: Request) -> None:
+        self.relay = relay
+        self.engine = relay.engine
+        self.fmt = fmt
+        self.msg = msg
+        self.body = body
+        self.request = request
+        self.memory = relay.memory(msg.session)
+        self.interest = relay.interest
+        self.agent_tools = {tool["name"] for tool in request.tools or ()}
+        self.faults: list[str] = []  # names of the rules that fired, for the call line (the adapter's list)
+
+    def _decide(self, message: Message, key: str | None = None) -> list[Fired]:
+        fired = self.engine.decide(message, wire=False, key=key)
+        self.faults.extend(f.rule.name for f in fired)
+        return fired
+
+    # --- the request -----------------------------------------------------------------------
+
+    def rewrite_request(self) -> None:
+        """Faults on the tools array, the tool results and the prompt; msg.body follows the changes."""
+        changed = self._restore_calls()
+        if self.request.tools and self.interest.tools:
+            changed |= self._tools()
+        changed |= self._results()
+        changed |= self._prompts()
+        if changed:
+            self.msg.body = orjson.dumps(self.body)
+
+    def _restore_calls(self) -> bool:
+        """The model sees its own tool calls again, not the names and arguments the agent was given."""
+        changed = False
+        for call in self.request.calls:
+            said = self.memory.said.get(call.call_id)
+            if said is not None and said != (call.name, call.arguments):
+                call.put(*said)
+                changed = True
+        return changed
+
+    def _tools(self) -> bool:
+        tools = self.request.tools
+        assert tools is not None
+        listing = view.tools_list(self.msg, tools)
+        before = listing.rpc
+        fired = self._decide(listing, key_of("tools", orjson.dumps(self.body.get("tools"))))
+        if not fired or listing.rpc is before:
+            return False
+        shown = listing.rpc["result"]["tools"]  # type: ignore[index]
+        for tool in shown:
+            original = tool.get(view.ORIGINAL)
+            real = _name_of_entry(original)
+            if real is not None and real != tool["name"]:
+                self.memory.counterparts.remember(tool["name"], real)
+        self.request.put_tools(shown)
+        return True
+
+    def _results(self) -> bool:
+        calls = {call.call_id: call for call in self.request.calls}
+        changed = False
+        for result in self.request.results:
+            content_key = key_of("result", result.call_id, orjson.dumps(result.result))
+            answer = self.memory.answers.get(result.call_id)
+            new: Any = None
+            if answer is not None:
+                new = answer
+            elif (new := self.memory.history.get(content_key)) is None and result.newest and self.interest.tools:
+                call = calls.get(result.call_id) or self._relayed_call(result.call_id)
+                message = view.tool_result(self.msg, call, result.result)
+                before = message.rpc
+                self._decide(message, content_key)
+                if message.rpc is not before and isinstance(after := (message.rpc or {}).get("result"), dict):
+                    new = after
+                    self.memory.history.remember(content_key, new)
+            if new is not None and new != result.result:
+                if (reason := result.put(new)) is not None:
+                    if answer is None:
+                        self.relay.skip(self.msg, f"tool result {result.call_id}: {reason}")
+                        continue
+                    result.put({k: v for k, v in new.items() if k != "isError"})
+                changed = True
+        return changed
+
+    def _relayed_call(self, call_id: str) -> ToolCall:
+        """A call the agent's request does not show (Responses with previous_response_id): as relayed."""
+        name, arguments = self.memory.relayed.get(call_id, ("", ""))
+        return ToolCall(call_id, name, arguments)
+
+    def _prompts(self) -> bool:
+        prompts = self.request.prompts
+        changed = False
+        for i, text in enumerate(prompts):
+            content_key = key_of("prompt", text.text)
+            new = self.memory.history.get(content_key)
+            if new is None and i == len(prompts) - 1 and self.interest.prompt:
+                message = view.prompt(self.msg, text.text)
+                before = message.rpc
+                self._decide(message, content_key)
+                if message.rpc is not before:
+                    new = message.rpc["params"]["text"]  # type: ignore[index]
+                    self.memory.history.remember(content_key, new)
+            if isinstance(new, str) and new != text.text:
+                text.put(new)
+                changed = True
+        return changed
+
+    # --- the reply ---------------------------------------------------------------------------
+
+    @property
+    def watching(self) -> bool:
+        """True when the reply may need rewriting: a rule acts on completions or tool calls, or the
+        session has tool routes to undo."""
+        routes = self.engine.session(self.msg.session).routes
+        return self.interest.calls or self.interest.completion or bool(routes) or bool(self.memory.counterparts)
+
+    def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
+        """A whole (non-streamed) reply, with its tool calls and completion decided on."""
+        if not self.watching or status != 200:
+            return payload
+        try:
+            body = orjson.loads(payload)
+            if not isinstance(body, dict):
+                raise FormatError(f"a JSON {type(body).__name__}, not an object")
+            reply = self.fmt.parse_reply(body)
+        except (orjson.JSONDecodeError, FormatError) as exc:
+            self.relay.skip(self.msg, f"the model API answered in an unexpected shape: {exc}")
+            return payload
+        plan = self._plan(headers, streamed=False)
+        changed = False
+        for call in reply.calls:
+            edited = self._edit_call(call)
+            if edited is not call:
+                call.put(edited.name, edited.arguments)
+                changed = True
+        if plan.empty is not None:
+            reply.empty(plan.empty)
+            changed = True
+        return orjson.dumps(body) if changed else payload
+
+    async def relay_events(self, chunks: AsyncIterator[bytes], headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+        """A streamed reply: passed through untouched unless a rule may rewrite it, then event by event."""
+        if not self.watching:
+            async for chunk in chunks:
+                yield chunk
+            return
+        plan = self._plan(headers, streamed=True)
+        editor = self.fmt.Editor(plan)
+        async for event in streams.sse_frames(chunks):
+            for out in editor.feed(event):
+                yield out
+            if editor.ended:
+                return
+        for out in editor.finish():
+            yield out
+
+    def _plan(self, headers: Mapping[str, str], *, streamed: bool) -> StreamPlan:
+        empty = error_after = error = None
+        if self.interest.completion:
+            message = view.completion(self.msg, dict(headers))
+            for fired in self._decide(message):
+                match fired.action:
+                    case EmptyCompletion(mode):
+                        empty = mode
+                    case StreamError(after_events, event, data) if streamed:
+                        error_after, error = after_events, (event, data)
+        calls = self.interest.calls or bool(self.engine.session(self.msg.session).routes) \
+            or bool(self.memory.counterparts)
+        return StreamPlan(self._edit_call if calls else None, empty, error_after, error)
+
+    def _edit_call(self, call: ToolCall) -> ToolCall:
+        """A tool call the model made, as the agent gets it: routes undone, tool-call faults applied."""
+        headers = {"Content-Type": "text/event-stream" if self.request.stream else "application/json"}
+        message = view.tool_call(self.msg, call, headers=headers)
+        before = message.rpc
+        fired = self._decide(message, key_of("call", call.name, call.arguments))
+        params = (message.rpc or {}).get("params") or {}
+        name = params.get("name") if isinstance(params.get("name"), str) else call.name
+        arguments = call.arguments
+        if message.rpc is not before:
+            new = params.get("arguments")
+            arguments = new if isinstance(new, str) else \
+                arguments if new == call.parsed or new == {} and not call.arguments else view.json_text(new)
+        answered = next((f.action for f in fired if isinstance(f.action, ReplyAction)), None)
+        imitated = name not in self.agent_tools and name in self.memory.counterparts
+        if imitated:  # a tool the proxy made up: the agent runs the one it imitates
+            name = self.memory.counterparts[name]
+        if answered is not None:
+            self.memory.answers.remember(call.call_id, _answer_result(answered.message))
+        if imitated or _routed(fired):
+            self.memory.said.remember(call.call_id, (call.name, call.arguments))
+        self.memory.relayed.remember(call.call_id, (name, arguments))
+        if name == call.name and arguments == call.arguments:
+            return call
+        return ToolCall(call.call_id, name, arguments, call.put)
+
+
+def _routed(fired: list[Fired]) -> bool:
+    return any(f.fault.routes_calls for f in fired)
+
+
+def _name_of_entry(entry: Any) -> str | None:
+    """The name of a format's tool entry (Chat Completions nests it under `function`)."""
+    if not isinstance(entry, dict):
+        return None
+    name = entry["function"].get("name") if isinstance(entry.get("function"), dict) else entry.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _answer_result(message: dict[str, Any]) -> dict[str, Any]:
+    """The tools/call result the agent's own result is replaced with: the proxy's result, or its error."""
+    if isinstance(message.get("result"), dict):
+        return message["result"]
+    error = message.get("error") if isinstance(message.get("error"), dict) else {}
+    return {"content": [{"type": "text", "text": f"Error: {error.get('message', 'tool call failed')}"}],
+            "isError": True}

@@ -1,0 +1,180 @@
+"""Two drills side by side: did the change help, and where? (`chaosproxy report BASE_DIR NEW_DIR`)
+
+Every row compares the success rate of the base drill's runs with the new drill's: overall (runs where
+any fault fired), clean baselines, per POMDP component and fault type (runs where a fault of it fired)
+and per scenario (runs of the very same scenario text, so sampled scenarios pair up when both drills
+drew them from one suite with one root seed). The difference, new minus base, comes with Newcombe's
+95% interval; when the interval leaves out 0 the change is real at this sample size. Drills with other
+suites or seeds are compared on the rows they share, and the comparison lists the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosproxy.drill.folder import Drill
+from chaosproxy.report.fmt import rate_text
+from chaosproxy.report.profile import COMPONENTS, Profile, build_profile
+from chaosproxy.report.stats import Rate, difference_interval
+
+# Settings whose difference changes what the two drills measure (the agent's is the point of comparing).
+COMPARED_SETTINGS = (
+    "agent",
+    "judge",
+    "upstream",
+    "stdio",
+    "scenarios",
+    "suite",
+    "randomize",
+    "repeat",
+    "baseline",
+    "timeout",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    section: str  # overall, clean, component, fault or scenario
+    name: str
+    base: Rate
+    new: Rate
+
+    @property
+    def difference(self) -> float | None:
+        if self.base.value is None or self.new.value is None:
+            return None
+        return self.new.value - self.base.value
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return difference_interval(self.new, self.base)
+
+    @property
+    def verdict(self) -> str | None:
+        """better or worse when the interval leaves out 0 (a real change), else None."""
+        interval = self.interval
+        if interval is None or interval[0] <= 0 <= interval[1]:
+            return None
+        return "better" if interval[0] > 0 else "worse"
+
+    def difference_text(self) -> str:
+        interval = self.interval
+        if self.difference is None or interval is None:
+            return "n/a"
+        return (
+            f"{self.difference * 100:+.0f} pts (CI {interval[0] * 100:+.0f} to {interval[1] * 100:+.0f})"
+            + (f" real: {self.verdict}" if self.verdict else "")
+        )
+
+    def cells(self) -> list[str]:
+        return [self.section, self.name, rate_text(self.base), rate_text(self.new), self.difference_text()]
+
+
+@dataclass
+class Comparison:
+    base_source: str
+    new_source: str
+    base_settings: dict[str, Any]
+    new_settings: dict[str, Any]
+    rows: list[CompareRow]
+    only_base: list[str] = field(default_factory=list)  # rows the new drill has no runs for
+    only_new: list[str] = field(default_factory=list)
+    settings_differ: list[tuple[str, Any, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def section(self, name: str) -> list[CompareRow]:
+        return [row for row in self.rows if row.section == name]
+
+
+def _scenario_rates(drill: Drill) -> dict[str, tuple[str, Rate]]:
+    """Scenario text -> (label, success rate) for every configuration of the drill."""
+    runs_by_label: dict[str, list[dict[str, Any]]] = {}
+    for result in drill.results:
+        runs_by_label.setdefault(str(result["label"]), []).append(result)
+    rates: dict[str, tuple[str, Rate]] = {}
+    for label, runs in runs_by_label.items():
+        scenario = drill.run_folders[str(runs[0]["run"])] / "scenario.yaml"
+        try:
+            text = scenario.read_text(encoding="utf-8")
+        except OSError:
+            continue  # a run folder that was not kept: its label cannot be matched by content
+        counted = [r for r in runs if r["status"] != "error"]
+        rates[text] = (label, Rate(sum(r["status"] == "passed" for r in counted), len(counted)))
+    return rates
+
+
+def compare(base: Drill, new: Drill) -> Comparison:
+    old_profile, new_profile = build_profile(base.results), build_profile(new.results)
+    comparison = Comparison(
+        ", ".join(map(str, base.sources)),
+        ", ".join(map(str, new.sources)),
+        base.settings,
+        new.settings,
+        [
+            CompareRow("overall", "any fault", old_profile.overall.perturbed, new_profile.overall.perturbed),
+            CompareRow("clean", "no fault", old_profile.overall.clean, new_profile.overall.clean),
+        ],
+        notes=[*base.warnings, *new.warnings],
+    )
+    _pair(
+        comparison,
+        "component",
+        _rows(old_profile, "component"),
+        _rows(new_profile, "component"),
+        order=list(COMPONENTS),
+    )
+    _pair(comparison, "fault", _rows(old_profile, "fault"), _rows(new_profile, "fault"))
+    old_scenarios, new_scenarios = _scenario_rates(base), _scenario_rates(new)
+    shared = sorted(
+        old_scenarios.keys() & new_scenarios.keys(), key=lambda t: _label_order(old_scenarios[t][0])
+    )
+    for text in shared:
+        (old_label, old_rate), (new_label, new_rate) = old_scenarios[text], new_scenarios[text]
+        name = old_label if old_label == new_label else f"{old_label} (new: {new_label})"
+        comparison.rows.append(CompareRow("scenario", name, old_rate, new_rate))
+    comparison.only_base += [
+        f"scenario {label}" for text, (label, _) in old_scenarios.items() if text not in new_scenarios
+    ]
+    comparison.only_new += [
+        f"scenario {label}" for text, (label, _) in new_scenarios.items() if text not in old_scenarios
+    ]
+    old_config, new_config = base.settings.get("config") or {}, new.settings.get("config") or {}
+    comparison.settings_differ = [
+        (key, old_config.get(key), new_config.get(key))
+        for key in COMPARED_SETTINGS
+        if old_config.get(key) != new_config.get(key)
+    ]
+    if base.settings.get("seed") != new.settings.get("seed"):
+        comparison.settings_differ.insert(0, ("seed", base.settings.get("seed"), new.settings.get("seed")))
+    return comparison
+
+
+def _label_order(label: str) -> tuple[int, str]:
+    """clean first, then sample-N in number order, then scenario files by name."""
+    head, _, number = label.rpartition("-")
+    if label == "clean":
+        return -1, ""
+    return (int(number), "") if head == "sample" and number.isdigit() else (10**9, label)
+
+
+def _rows(profile: Profile, section: str) -> dict[str, Rate]:
+    rows = profile.by_component if section == "component" else profile.by_fault
+    return {row.name: row.perturbed for row in rows}
+
+
+def _pair(
+    comparison: Comparison,
+    section: str,
+    old: dict[str, Rate],
+    new: dict[str, Rate],
+    order: list[str] | None = None,
+) -> None:
+    names = order if order is not None else sorted(old.keys() | new.keys())
+    for name in names:
+        if name in old and name in new:
+            comparison.rows.append(CompareRow(section, name, old[name], new[name]))
+        elif name in old:
+            comparison.only_base.append(f"{section} {name}")
+        elif name in new:
+            comparison.only_new.append(f"{section} {name}")
