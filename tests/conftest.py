@@ -39,15 +39,16 @@ def upstream(server_loop: ServerLoop) -> Iterator[str]:
 
 @pytest.fixture
 def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[Any]:
-    """Start a proxy with a scenario (YAML text or dict) and a seed; all are stopped after the test."""
+    """Start a proxy with a scenario (YAML text or dict), a seed and HttpProxy options; all are stopped after the test."""
     started: list[tuple[HttpProxy, PerturbationLog]] = []
 
-    def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None) -> RunningProxy:
+    def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
+              **options: Any) -> RunningProxy:
         text = scenario if isinstance(scenario, str) else yaml.safe_dump(scenario)
         log_path = tmp_path / f"log-{len(started)}.jsonl"
         log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed)
         engine = Engine(parse_scenario(text), seed=seed, log=log)
-        proxy = HttpProxy(engine, engine.scenario.routes or to or upstream)
+        proxy = HttpProxy(engine, engine.scenario.routes or to or upstream, **options)
         port = server_loop.run(proxy.start("127.0.0.1", 0))
         started.append((proxy, log))
         return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path)

@@ -13,7 +13,7 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Protocol
 
 import httptools
@@ -93,7 +93,7 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def last_chunk(trailers: Headers) -> bytes:
+def last_chunk(trailers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b"0\r\n" + b"".join(name + b": " + value + b"\r\n" for name, value in trailers) + b"\r\n"
 
 

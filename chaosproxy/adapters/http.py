@@ -41,6 +41,9 @@ HOP_BY_HOP = frozenset(name.decode() for name in (
     b"transfer-encoding", b"upgrade", b"proxy-connection", b"host"))
 SMALL_BODY = 1 << 20  # request bodies up to this size are kept for the call line (JSON-RPC method, tool)
 RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look inside
+# REQUEST_TRAILERS: trailers of a chunked request are not forwarded. Upstream connections are pooled
+# across agents, and some servers (aiohttp's among them) read request trailers as headers of the
+# *next* request on the connection: one agent's trailer would reach another agent's request.
 RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 
@@ -295,7 +298,7 @@ class Passthrough:
     """
 
     __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
-                 "length")
+                 "length", "timer")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
         self.proxy = proxy
@@ -309,6 +312,7 @@ class Passthrough:
         self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
+        self.timer: asyncio.TimerHandle | None = None  # --upstream-timeout, until the response head
 
     def start(self) -> None:
         self.exchange.on_client_gone = self._client_gone
@@ -350,10 +354,25 @@ class Passthrough:
                                                                                      self.call)
         ) + body_framing(head.length, head.chunked) + b"\r\n"
         self._write(data)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.proxy.upstream_timeout, self._timed_out)
         if head.has_body:
             exchange.body.pipe(self._write_body, self._end_body)
         else:
             conn.request_sent = True
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        if self.conn is not None:
+            self.conn.discard(self)
+        self.exchange.body.unpipe()
+        self.proxy.upstream_failed(self.exchange, self.call, self.route, UpstreamTimeout(
+            f"no response head within {self.proxy.upstream_timeout:g} s"))
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def _write(self, data: bytes) -> None:
         if self.replay is not None:
@@ -372,7 +391,7 @@ class Passthrough:
 
     def _end_body(self, trailers: Headers) -> None:
         if self.exchange.head.chunked:
-            self._write(last_chunk(trailers))
+            self._write(last_chunk(()))  # request trailers stay here: see REQUEST_TRAILERS
         if self.conn is not None:
             self.conn.request_sent = True
         if self.keep_body is not None:
@@ -386,6 +405,7 @@ class Passthrough:
 
     def response_head(self, head: Head) -> None:
         self.replay = None
+        self._stop_timer()
         self.call.status = head.status
         headers = head.end_to_end(drop=frozenset({b"content-length"}))
         if self.exchange.head.method == "GET" and head.status == 200 and \
@@ -452,6 +472,7 @@ class Passthrough:
             self.proxy._tasks.add(task)
             task.add_done_callback(self.proxy._tasks.discard)
             return
+        self._stop_timer()
         self.exchange.body.unpipe()
         self.proxy.upstream_failed(self.exchange, self.call, self.route, error)
 
@@ -471,6 +492,7 @@ class Passthrough:
             conn.request_sent = True
 
     def _client_gone(self) -> None:
+        self._stop_timer()
         self.call.outcome = "client_disconnected"
         if self.conn is not None:
             self.conn.discard(self)
@@ -644,7 +666,7 @@ class Inspection:
                 conn.send(chunk(piece) if chunked else piece)
                 await conn.drain()
             if chunked:
-                conn.send(last_chunk(self.exchange.body.trailers))
+                conn.send(last_chunk(()))  # see REQUEST_TRAILERS
             conn.request_sent = True
         except (ConnectionError, UpstreamError):
             if self.reader is not None:
