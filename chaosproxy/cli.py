@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check scenario files (exit 0 valid, 2 invalid)")
     validate.add_argument("files", nargs="+", metavar="FILE")
+    _add_scenario_dir(validate)
 
     sub.add_parser("faults", help="list the fault types, their component, level and parameters")
     sub.add_parser("schema", help="print the scenario JSON Schema")
@@ -119,8 +120,17 @@ def _route(value: str) -> tuple[str, str]:
     return prefix.strip(), url.strip()
 
 
+def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
+    from_env = [Path(folder) for folder in (_env("SCENARIO_DIR") or "").split(os.pathsep) if folder]
+    parser.add_argument("--scenario-dir", type=Path, action="append", default=from_env, dest="scenario_dirs",
+                        metavar="DIR", help="a folder the files a scenario names (a paraphrase mapping:) may also "
+                                            "lie in, besides the scenario's own; the only ones for a scenario "
+                                            "sent over the control API (repeatable; CHAOSPROXY_SCENARIO_DIR=DIR:DIR)")
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), help="scenario YAML (default: no faults)")
+    _add_scenario_dir(parser)
     parser.add_argument("--seed", type=int, default=_env("SEED"),
                         help="root seed (default: the scenario's, else random)")
     parser.add_argument("--log", type=Path, default=_env("LOG"),
@@ -128,8 +138,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
                         help="serve the control API here (scenario swaps, live events, metrics); off by default")
     parser.add_argument("--control-token", metavar="TOKEN",
-                        help="bearer token the control API requires; needed off loopback "
-                             "(default: $CHAOSPROXY_CONTROL_TOKEN)")
+                        help="bearer token the control API requires; needed off loopback. Prefer "
+                             "$CHAOSPROXY_CONTROL_TOKEN or --control-token-file: a flag shows in ps")
+    parser.add_argument("--control-token-file", type=Path, default=_env("CONTROL_TOKEN_FILE"), metavar="FILE",
+                        help="read the control API's bearer token from FILE (its first line)")
     parser.add_argument("--watch", action="store_true",
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
     parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
@@ -148,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         case "mitm":
             return _mitm(args)
         case "validate":
-            return _validate(args.files)
+            return _validate(args.files, args.scenario_dirs)
         case "faults":
             print(faults_table())
             return 0
@@ -173,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.http import HttpProxy
 
     try:
-        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+        scenario = load_scenario(args.scenario, args.scenario_dirs) if args.scenario else Scenario()
         from_env = [_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()] if not args.routes else []
         routes = _routes(scenario.routes, args.routes or from_env, args.upstream)
     except (ScenarioError, ValueError, argparse.ArgumentTypeError) as exc:
@@ -188,7 +200,6 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
-    from chaosproxy.control import ControlConfigError
     from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
 
@@ -209,7 +220,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                         ops.info("stopping")
                         await proxy.stop()
             run_async(serve())
-    except (ControlConfigError, OtelUnavailable) as exc:
+    except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
@@ -222,17 +233,46 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
 async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
     """The control API (--control), scenario reloading (SIGHUP, --watch) and the log's periodic flush,
     as every proxy command has them."""
-    from chaosproxy.control import serve_control
     from chaosproxy.reload import reloading
 
-    base_dir = args.scenario.parent if args.scenario else None
+    roots = [*([args.scenario.parent] if args.scenario else []), *args.scenario_dirs]
+    control: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+    if args.control is not None:  # the control API (aiohttp's server, prometheus) is loaded only when asked for
+        from chaosproxy.control import serve_control
+        control = serve_control(engine, args.control, _control_token(args), file_roots=roots)
     flusher = asyncio.create_task(engine.log.flush_periodically())
     try:
-        async with serve_control(engine, args.control, args.control_token, base_dir=base_dir), \
-                reloading(engine, args.scenario, watch=args.watch):
+        async with control, reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
             yield
     finally:
         flusher.cancel()
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+def _control_config_error() -> type[Exception]:
+    """ControlConfigError, if the control API was loaded (only it raises that), without loading it: an
+    `except` clause evaluates this only when an exception is on its way."""
+    control = sys.modules.get("chaosproxy.control")
+    return control.ControlConfigError if control is not None else _NeverRaised
+
+
+def _control_token(args: argparse.Namespace) -> str | None:
+    """--control-token, else the first line of --control-token-file (else serve_control reads the environment)."""
+    from chaosproxy.control import ControlConfigError
+
+    if args.control_token or args.control_token_file is None:
+        return args.control_token
+    try:
+        token = args.control_token_file.read_text(encoding="utf-8").partition("\n")[0].strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ControlConfigError(f"--control-token-file {args.control_token_file}: cannot read it: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not token:
+        raise ControlConfigError(f"--control-token-file {args.control_token_file} is empty")
+    return token
 
 
 def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream: str | None) -> dict[str, str]:
@@ -250,7 +290,6 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
-    from chaosproxy.control import ControlConfigError
     from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async
 
@@ -260,7 +299,8 @@ def _stdio(args: argparse.Namespace) -> int:
               "  chaosproxy stdio -- npx -y @modelcontextprotocol/server-everything", file=sys.stderr)
         return EXIT_INVALID
     try:
-        with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel) as engine:
+        with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel,
+                         scenario_dirs=args.scenario_dirs) as engine:
             agent_in, agent_out = claim_stdio()
 
             async def relay() -> int:
@@ -270,7 +310,7 @@ def _stdio(args: argparse.Namespace) -> int:
                              engine.seed, len(engine.scenario.rules))
                     return await StdioRelay(engine, server).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, ControlConfigError, OtelUnavailable) as exc:
+    except (ScenarioError, _control_config_error(), OtelUnavailable) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:
@@ -291,7 +331,7 @@ def _mitm(args: argparse.Namespace) -> int:
         hosts = HostPatterns.parse(args.hosts)
         if args.upstream_ca is not None and not args.upstream_ca.is_file():
             raise ValueError(f"--upstream-ca {args.upstream_ca}: no such file")
-        scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+        scenario = load_scenario(args.scenario, args.scenario_dirs) if args.scenario else Scenario()
         confdir = ca_directory(args.confdir)
     except (ScenarioError, ConfdirError, ValueError) as exc:
         print(f"chaosproxy mitm: {exc}" if not isinstance(exc, ScenarioError) else exc, file=sys.stderr)
@@ -304,7 +344,7 @@ def _mitm(args: argparse.Namespace) -> int:
                                      f"the agent trusts {confdir / CA_CERT}")
 
 
-def _validate(files: list[str]) -> int:
+def _validate(files: list[str], scenario_dirs: list[Path]) -> int:
     """Scenarios, and drill suites (files with `!range`/`!choice` draws or a `pick:` count)."""
     from chaosproxy.drill.suite import load_suite
 
@@ -315,7 +355,7 @@ def _validate(files: list[str]) -> int:
                 suite = load_suite(name)
                 print(f"{name}: ok (suite, {len(suite.rules)} rule templates)")
             else:
-                scenario = load_scenario(name)
+                scenario = load_scenario(name, scenario_dirs)
                 print(f"{name}: ok ({len(scenario.rules)} rules)")
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
@@ -324,9 +364,11 @@ def _validate(files: list[str]) -> int:
 
 
 def _is_suite(path: Path) -> bool:
+    from chaosproxy.named_files import read_capped
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_capped(path)
+    except ValueError:
         return False  # load_scenario reports it
     return re.search(r"!range\b|!choice\b|^pick\s*:", text, re.MULTILINE) is not None
 

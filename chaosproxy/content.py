@@ -17,10 +17,12 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jsonpath
+if TYPE_CHECKING:
+    import jsonpath
 
 type Location = tuple[str | int, ...]
 
@@ -68,33 +70,54 @@ def size(value: Any) -> int:
 
 # --- Targeting ------------------------------------------------------------------------------
 
-_JSONPATH = jsonpath.JSONPathEnvironment(strict=True)
+@functools.cache
+def _jsonpath_environment() -> jsonpath.JSONPathEnvironment:
+    """Made on first use: loading JSONPath (its lexer's patterns) costs every proxy ~50 ms of start-up."""
+    import jsonpath
+
+    return jsonpath.JSONPathEnvironment(strict=True)
 
 
 @functools.lru_cache(maxsize=256)
 def compile_path(path: str) -> jsonpath.JSONPath | jsonpath.CompoundJSONPath:
     """An RFC 9535 JSONPath query (strict: no extensions), or ValueError saying what is wrong with it."""
+    import jsonpath
+
     try:
-        return _JSONPATH.compile(path)
+        return _jsonpath_environment().compile(path)
     except jsonpath.JSONPathError as exc:
         raise ValueError(f"invalid JSONPath {path!r}: {exc.args[0]}") from None
 
 
-def targets(value: Any, paths: Sequence[str]) -> frozenset[Location]:
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """The nodes a function perturbs (`hit`, with everything under them), minus the subtrees in
+    `keep` (values the payload's schema constrains: left exactly as they are)."""
+
+    hit: frozenset[Location]
+    keep: frozenset[Location] = frozenset()
+
+    def __contains__(self, loc: object) -> bool:
+        return loc in self.hit
+
+
+def targets(value: Any, paths: Sequence[str], keep: frozenset[Location] = frozenset()) -> Targets:
     """Where the targeted nodes are: the root without paths, else every node a path matches."""
     if not paths:
-        return frozenset({()})
+        return Targets(frozenset({()}), keep)
     if not isinstance(value, dict | list):
-        return frozenset()
-    return frozenset(match.parts for path in paths for match in compile_path(path).finditer(value))
+        return Targets(frozenset(), keep)
+    return Targets(frozenset(match.parts for path in paths for match in compile_path(path).finditer(value)), keep)
 
 
-def _rebuild(value: Any, fn: Callable[[Any, Location], Any], where: frozenset[Location],
+def _rebuild(value: Any, fn: Callable[[Any, Location], Any], where: Targets,
              loc: Location = (), inside: bool = False) -> Any:
     """`value` with `fn` applied to every node at or under a targeted location, children first.
 
     Containers whose children did not change are returned as they were, not copied.
     """
+    if loc in where.keep:
+        return value
     inside = inside or loc in where
     new: Any = value
     if isinstance(value, dict):
@@ -108,9 +131,11 @@ def _rebuild(value: Any, fn: Callable[[Any, Location], Any], where: frozenset[Lo
     return fn(new, loc) if inside else new
 
 
-def _walk(value: Any, where: frozenset[Location], loc: Location = (),
+def _walk(value: Any, where: Targets, loc: Location = (),
           inside: bool = False) -> Iterator[tuple[Location, Any]]:
     """Every targeted node with its location, in document order (parents before children)."""
+    if loc in where.keep:
+        return
     inside = inside or loc in where
     if inside:
         yield loc, value
@@ -122,19 +147,19 @@ def _walk(value: Any, where: frozenset[Location], loc: Location = (),
             yield from _walk(item, where, (*loc, i), inside)
 
 
-def _get(value: Any, loc: Location) -> Any:
+def value_at(value: Any, loc: Location) -> Any:
     for part in loc:
         value = value[part]
     return value
 
 
-def _put(value: Any, loc: Location, new: Any) -> Any:
+def replaced_at(value: Any, loc: Location, new: Any) -> Any:
     """`value` with the node at `loc` replaced by `new` (only the containers on the way are copied)."""
     if not loc:
         return new
     head, rest = loc[0], loc[1:]
     copy: Any = list(value) if isinstance(value, list) else dict(value)
-    copy[head] = _put(value[head], rest, new)
+    copy[head] = replaced_at(value[head], rest, new)
     return copy
 
 
@@ -143,11 +168,11 @@ def _chosen(rng: random.Random, probability: float) -> bool:
 
 
 def edit_strings(value: Any, edit: Callable[[str], str], rng: random.Random, *,
-                 paths: Sequence[str] = (), probability: float = 1.0) -> Any:
+                 paths: Sequence[str] = (), probability: float = 1.0, keep: frozenset[Location] = frozenset()) -> Any:
     """Every targeted string value passed through `edit`, each with `probability`."""
     def fn(node: Any, _loc: Location) -> Any:
         return edit(node) if isinstance(node, str) and _chosen(rng, probability) else node
-    return _rebuild(value, fn, targets(value, paths))
+    return _rebuild(value, fn, targets(value, paths, keep))
 
 
 # --- Typos ----------------------------------------------------------------------------------
@@ -292,14 +317,14 @@ def inject_into(text: str, snippet: str, position: Position, rng: random.Random)
 
 
 def inject(value: Any, snippet: str, position: Position, rng: random.Random, *,
-           paths: Sequence[str] = (), probability: float = 1.0) -> Any:
+           paths: Sequence[str] = (), probability: float = 1.0, keep: frozenset[Location] = frozenset()) -> Any:
     """`snippet` injected into one targeted string: the last (append), the first (prepend) or any (insert)."""
-    spots = [loc for loc, node in _walk(value, targets(value, paths))
+    spots = [loc for loc, node in _walk(value, targets(value, paths, keep))
              if isinstance(node, str) and _chosen(rng, probability)]
     if not spots:
         return value
     loc = spots[-1] if position == "append" else spots[0] if position == "prepend" else rng.choice(spots)
-    return _put(value, loc, inject_into(_get(value, loc), snippet, position, rng))
+    return replaced_at(value, loc, inject_into(value_at(value, loc), snippet, position, rng))
 
 
 # --- Oversize -------------------------------------------------------------------------------
@@ -381,24 +406,26 @@ def _grow(node: Any, nbytes: int, rng: random.Random) -> Any:
 MAX_OVERSIZE = 256 * 1024 * 1024
 
 
-def oversize(value: Any, target: int, rng: random.Random, *,
-             paths: Sequence[str] = (), probability: float = 1.0) -> Any:
+def oversize(value: Any, target: int, rng: random.Random, *, paths: Sequence[str] = (),
+             probability: float = 1.0, keep: frozenset[Location] = frozenset(), strings_only: bool = False) -> Any:
     """`value` grown to at least `target` bytes (see `size`), the filler shared by the targeted nodes.
 
     This adds to the payload rather than changing values: a string gets log lines appended, a
-    list more records like its first, an object a `debug_log` list. Plain text ends exactly at `target`.
+    list more records like its first, an object a `debug_log` list (with `strings_only`, as a schema
+    that fixes keys and record shapes needs, only strings grow). Plain text ends exactly at `target`.
     """
     target = min(target, MAX_OVERSIZE)
-    where = targets(value, paths)
+    where = targets(value, paths, keep)
+    grows = str if strings_only else str | list | dict
     matched = [loc for loc, node in _walk(value, where)
-               if loc in where and isinstance(node, str | list | dict)]
+               if (loc in where or strings_only) and isinstance(node, grows)]
     outermost = [loc for loc in matched if not any(loc[: len(m)] == m for m in matched if m != loc)]
     spots = [loc for loc in outermost if _chosen(rng, probability)]
     while spots and (current := size(value)) < target:
         share = -(-(target - current) // len(spots))
         grown = value
         for loc in spots:
-            grown = _put(grown, loc, _grow(_get(grown, loc), share, rng))
+            grown = replaced_at(grown, loc, _grow(value_at(grown, loc), share, rng))
         if grown is value or size(grown) <= current:
             break
         value = grown
@@ -409,12 +436,12 @@ def oversize(value: Any, target: int, rng: random.Random, *,
 
 
 def swap(value: Any, rng: random.Random, *, count: int = 1,
-         paths: Sequence[str] = (), probability: float = 1.0) -> Any:
+         paths: Sequence[str] = (), probability: float = 1.0, keep: frozenset[Location] = frozenset()) -> Any:
     """`count` pairs of object fields with values of one type swapped: plausible, well typed, wrong.
 
     A pair prefers one field across two records (two prices, two titles), else any two fields.
     """
-    fields = [(loc, node) for loc, node in _walk(value, targets(value, paths))
+    fields = [(loc, node) for loc, node in _walk(value, targets(value, paths, keep))
               if loc and isinstance(loc[-1], str) and isinstance(node, str | int | float | bool)
               and _chosen(rng, probability)]
     for _ in range(count):
@@ -423,7 +450,7 @@ def swap(value: Any, rng: random.Random, *, count: int = 1,
         if pair is None:
             break
         (a, x), (b, y) = pair
-        value = _put(_put(value, a, y), b, x)
+        value = replaced_at(replaced_at(value, a, y), b, x)
         fields = [f for f in fields if f[0] not in (a, b)]
     return value
 
@@ -442,9 +469,10 @@ def _pair(fields: list[tuple[Location, Any]], key: Callable[[Location, Any], tup
     return first, rng.choice([f for f in group if f[1] != first[1]])
 
 
-def emptied(value: Any, rng: random.Random, *, paths: Sequence[str] = (), probability: float = 1.0) -> Any:
+def emptied(value: Any, rng: random.Random, *, paths: Sequence[str] = (), probability: float = 1.0,
+            keep: frozenset[Location] = frozenset()) -> Any:
     """Every targeted list emptied (no results); where none is targeted, every string emptied."""
-    where = targets(value, paths)
+    where = targets(value, paths, keep)
     has_list = any(isinstance(node, list) for _, node in _walk(value, where))
     kind = list if has_list else str
 

@@ -37,7 +37,7 @@ import os
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,9 +54,12 @@ from chaosproxy.client import TOKEN_ENV
 from chaosproxy.engine import Engine
 from chaosproxy.log import ops
 from chaosproxy.metrics import LogMetrics
-from chaosproxy.scenario import Scenario, ScenarioError, parse_scenario
+from chaosproxy.named_files import ScenarioFiles
+from chaosproxy.scenario import Scenario, ScenarioError, keep_routes, off_loop, parse_scenario
+from chaosproxy.yaml_limits import MAX_DOCUMENT_BYTES
 
 EVENT_QUEUE_SIZE = 1000
+MAX_SUBSCRIBERS = 32  # /events readers at once; each costs a queue of EVENT_QUEUE_SIZE lines
 OPEN_PATHS = frozenset({"/healthz"})  # no token needed: liveness probes rarely carry one
 CONSOLE_HEADER = "X-Chaosproxy-Console"  # carries the console token on the console page's requests
 RECENT_FAULTS = 200  # fault lines kept for a console that opens late (/events?last=N)
@@ -101,12 +104,13 @@ def scenario_json(scenario: Scenario) -> dict[str, Any]:
 class ControlServer:
     """The control API over one engine, on a listener of its own."""
 
-    def __init__(self, engine: Engine, *, token: str | None = None, base_dir: Path | None = None,
-                 event_queue: int = EVENT_QUEUE_SIZE) -> None:
-        """`base_dir`: where files a PUT scenario names are found (default: the working directory)."""
+    def __init__(self, engine: Engine, *, token: str | None = None, file_roots: Iterable[Path] = (),
+                 event_queue: int = EVENT_QUEUE_SIZE, max_subscribers: int = MAX_SUBSCRIBERS) -> None:
+        """`file_roots`: the only folders a PUT scenario may name files in (none: it may name no file)."""
         self.engine = engine
         self.token = token or None
-        self.base_dir = base_dir
+        self.file_roots = tuple(file_roots)
+        self.max_subscribers = max_subscribers
         self.event_queue = event_queue
         self.metrics = LogMetrics()
         self._dropped = Counter("chaosproxy_control_events_dropped",
@@ -195,32 +199,41 @@ class ControlServer:
             return web.Response(text=text, content_type="application/yaml")
         return _json(scenario_json(self.engine.scenario))
 
-    async def _read_scenario(self, request: web.Request) -> Scenario | dict[str, Any]:
-        """The scenario in a request's body, or what says why it cannot be put in force."""
+    async def _read_scenario(self, request: web.Request) -> Scenario | tuple[int, dict[str, Any]]:
+        """The scenario in a request's body, or the status and reasons why it cannot be put in force.
+
+        Parsed in a worker thread, so the proxy and this API keep answering meanwhile.
+        """
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > MAX_DOCUMENT_BYTES:
+                return 413, {"error": f"a scenario may have at most {MAX_DOCUMENT_BYTES >> 10} KiB; "
+                                      "the one in force stays"}
         try:
-            text = (await request.read()).decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError:
-            return {"error": "the scenario is not UTF-8 text"}
+            return 400, {"error": "the scenario is not UTF-8 text"}
+        source = request.query.get("source", "request")
+        files = ScenarioFiles.under(self.file_roots)
         try:
-            scenario = parse_scenario(text, request.query.get("source", "request"), self.base_dir)
+            scenario = await off_loop(lambda: parse_scenario(text, source, files), source)
+            return keep_routes(scenario, self.engine.start_routes, source)
         except ScenarioError as exc:
-            return {"error": "invalid scenario; the one in force stays", "problems": exc.problems}
-        if scenario.routes and scenario.routes != self.engine.scenario.routes:
-            return {"error": "routes are fixed when the proxy starts; the scenario in force stays",
-                    "routes": self.engine.scenario.routes}
-        return scenario
+            return 400, {"error": "invalid scenario; the one in force stays", "problems": exc.problems}
 
     async def _check_scenario(self, request: web.Request) -> web.Response:
         """Whether PUT /scenario would take this body; a refusal is an answer here, not an error."""
         scenario = await self._read_scenario(request)
-        if isinstance(scenario, dict):
-            return _json({"valid": False, **scenario})
+        if isinstance(scenario, tuple):
+            return _json({"valid": False, **scenario[1]})
         return _json({"valid": True, "rules": [rule.name for rule in scenario.rules]})
 
     async def _put_scenario(self, request: web.Request) -> web.Response:
         scenario = await self._read_scenario(request)
-        if isinstance(scenario, dict):
-            return _error(400, scenario.pop("error"), **scenario)
+        if isinstance(scenario, tuple):
+            status, refusal = scenario
+            return _error(status, refusal.pop("error"), **refusal)
         self.engine.load(scenario)
         self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
         ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
@@ -258,6 +271,9 @@ class ControlServer:
         return web.Response(status=204)
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        if len(self._streams) >= self.max_subscribers:
+            return _error(503, f"{self.max_subscribers} clients already read /events; try again later",
+                          headers={"Retry-After": "5"})
         kinds = frozenset(request.query.getall("event", ()))
         try:
             last = min(int(request.query.get("last", "0")), RECENT_FAULTS)
@@ -368,19 +384,19 @@ class _Subscriber:
 
 
 async def start_control(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                        *, base_dir: Path | None = None) -> tuple[ControlServer, int]:
+                        *, file_roots: Iterable[Path] = ()) -> tuple[ControlServer, int]:
     """Start a control API; returns it (call `stop()`) and its bound port."""
-    server = ControlServer(engine, token=token, base_dir=base_dir)
+    server = ControlServer(engine, token=token, file_roots=file_roots)
     return server, await server.start(host, port)
 
 
 @contextlib.asynccontextmanager
 async def serve_control(engine: Engine, address: tuple[str, int] | None, token: str | None = None, *,
-                        base_dir: Path | None = None) -> AsyncIterator[ControlServer | None]:
+                        file_roots: Iterable[Path] = ()) -> AsyncIterator[ControlServer | None]:
     """The CLI's `--control HOST:PORT` (None: no control API) and `--control-token`.
 
-    The token falls back to $CHAOSPROXY_CONTROL_TOKEN; `base_dir` is where files named by a PUT
-    scenario are found (give the startup scenario's folder). Raises ControlConfigError, with a message for
+    The token falls back to $CHAOSPROXY_CONTROL_TOKEN; `file_roots` are the folders a PUT scenario may
+    name files in (the start-up scenario's folder and --scenario-dir). Raises ControlConfigError, with a message for
     the user, when a non-loopback address has no token or the address cannot be bound.
     """
     if address is None:
@@ -389,7 +405,7 @@ async def serve_control(engine: Engine, address: tuple[str, int] | None, token: 
     host, port = address
     try:
         server, bound = await start_control(engine, host, port, token or os.environ.get(TOKEN_ENV),
-                                            base_dir=base_dir)
+                                            file_roots=file_roots)
     except OSError as exc:
         reason = exc.strerror or exc
         raise ControlConfigError(f"cannot listen on {host}:{port} for the control API: {reason}") from exc

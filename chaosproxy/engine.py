@@ -21,11 +21,11 @@ import orjson
 from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
 from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.log import PerturbationLog, digest, ops
-from chaosproxy.mcp import error_reply, result_reply
+from chaosproxy.mcp import call_result, error_reply, listed_tools, result_reply
 from chaosproxy.message import Message, Phase
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
-from chaosproxy.session import SessionState
+from chaosproxy.session import AgentView, SessionState
 
 
 def draw_seed() -> int:
@@ -94,6 +94,7 @@ class _CompiledRule:
             checks.append(lambda msg: (tool := msg.tool) is not None and is_tool(tool))
         self.checks = checks
         self.on_messages = rule.fault.on_messages
+        self.methods = rule.fault.methods
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
@@ -102,7 +103,13 @@ class _CompiledRule:
     def matches(self, msg: Message) -> bool:
         if self.on_messages and msg.rpc is None and not self.on_plain_bodies:
             return False
+        if self.methods is not None and msg.rpc is not None and msg.method not in self.methods:
+            return False  # a JSON-RPC message the fault cannot change: it does not count toward the gates
         return all(check(msg) for check in self.checks)
+
+    def could_match(self, msg: Message) -> bool:
+        """True unless what is known before the body (route, path, headers, the request) rules it out."""
+        return self.rule.enabled and all(check(msg) for check in self.checks)
 
     def counter(self, session: str) -> _Counter:
         key = session if self.rule.scope == "session" else "*"
@@ -132,6 +139,7 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
         self.load(scenario, keep_state=False)
@@ -160,9 +168,12 @@ class Engine:
         self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
+        self._rule_order = {rule.name: i for i, rule in enumerate(scenario.rules)}
         if not keep_state:
             self.sessions: dict[str, SessionState] = {}
             self._ordinals: dict[str, int] = {}
+            # Per upstream (transport and route): bounded by the configuration, not by the traffic.
+            self.views: dict[str, AgentView] = {}
 
     def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
         """False when no rule can act here: adapters then skip building messages at all."""
@@ -177,11 +188,50 @@ class Engine:
             return True
         return any(rule.rule.enabled and all(check(msg) for check in rule.head_checks) for rule in self._compiled)
 
-    def session(self, key: str) -> SessionState:
+    def wants_body(self, msg: Message) -> bool:
+        """True when a rule acting on messages could act on `msg`, judged before its body arrives.
+
+        Adapters read a body of unknown length (chunked) whole only then: an unrelated rule must not
+        make every large text response wait for its last byte.
+        """
+        return any(rule.could_match(msg) for rule in self._by_kind[msg.phase, True])
+
+    def session(self, key: str, view: str = "-") -> SessionState:
+        """The state of session `key`; a new session shares the agent view named `view`."""
         state = self.sessions.get(key)
         if state is None:
-            state = self.sessions[key] = SessionState()
+            shared = self.views.get(view)
+            if shared is None:
+                shared = self.views[view] = AgentView()
+            state = self.sessions[key] = SessionState(shared)
         return state
+
+    def session_of(self, msg: Message) -> SessionState:
+        """The state of `msg`'s session, whose agent view is shared by every session on its upstream
+        (transport and route): tool routes and schemas survive a reconnect under a new session id."""
+        return self.session(msg.session, f"{msg.transport} {msg.route or ''}")
+
+    def _learn(self, msg: Message) -> None:
+        """Remember each tool's output schema as upstream lists it, before any rule reshapes the list,
+        and its latest real structured result, so that faults keep the tool's results valid for it."""
+        view = self.session_of(msg).view
+        result = call_result(msg)
+        if result is not None:
+            if result.get("structuredContent") is not None and not result.get("isError") and msg.tool:
+                view.examples[msg.tool] = result["structuredContent"]
+            return
+        tools = listed_tools(msg)
+        if tools is None:
+            return
+        for tool in tools:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if isinstance(name, str):
+                view.listed.add(name)
+                schema = tool.get("outputSchema")
+                if isinstance(schema, dict):
+                    view.output_schemas[name] = schema
+                else:
+                    view.output_schemas.pop(name, None)
 
     def decide(self, msg: Message, *, wire: bool = True, messages: bool = True,
                key: str | None = None) -> list[Fired]:
@@ -196,9 +246,11 @@ class Engine:
         of (seed, rule, key) alone, and counts as one match however often it is resent.
         """
         fired: list[Fired] = []
-        steps: list[tuple[str, Callable[[], Fired | None]]] = []
+        steps: list[tuple[str, Callable[[], Fired | list[Fired] | None]]] = []
         if msg.phase is Phase.REQUEST and msg.method == "tools/call":
             steps.append(("tool routes", lambda: self._route(msg)))
+        elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method in _LEARNED:
+            steps.append(("learning output schemas", lambda: self._learn(msg)))
         rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
         steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg, key)) for rule in rules]
         for name, step in steps:
@@ -208,54 +260,65 @@ class Engine:
                 ops.exception("%s failed on a %s; passing it through", name, msg.phase)
                 self.log.error(rule=name, error=repr(exc))
                 continue
-            if outcome is not None:
-                fired.append(outcome)
-                if ends_exchange(outcome.action):
-                    break
+            outcomes = [outcome] if isinstance(outcome, Fired) else outcome or []
+            fired += outcomes
+            if any(ends_exchange(one.action) for one in outcomes):
+                break
         return fired
 
-    def _route(self, msg: Message) -> Fired | None:
-        """Calls to a tool a fault made up (a duplicate, a distractor, a new name) go where it said.
+    def _route(self, msg: Message) -> list[Fired]:
+        """Calls to a tool name a fault showed the agent go where that fault said.
 
-        Routes chain (a distractor of a renamed tool): they are followed to the end, at most once each.
+        Rules reshape the tool list in rule order, so a call is routed back through them in reverse:
+        each rule's route for the current name (renaming it, renaming arguments back, refusing an
+        old shape, or answering it) applies in turn, down to the first rule. Each rule that routed
+        the call is logged and attached to it.
         """
-        session = self.session(msg.session)
+        session = self.session_of(msg)
         session.tool_calls += 1
-        name = msg.tool
-        route = session.routes.get(name) if name is not None else None
-        if route is None:
-            return None
-        rule = next((r for r in self.scenario.rules if r.name == route.rule), None)
-        if rule is None:  # the scenario changed since; the route went with the old one
-            return None
-        seen = {name}
-        while route.real is not None and route.real not in seen and (onward := session.routes.get(route.real)):
-            seen.add(route.real)
-            route = onward
         rpc = msg.rpc
-        assert rpc is not None
+        name = msg.tool
+        if name is None or not session.routes or rpc is None:
+            return []
         arguments = rpc["params"].get("arguments")
-        arguments = arguments if isinstance(arguments, dict) else {}
-        if route.reply is not None:
-            action: Action = Reply(result_reply(msg, route.reply["result"]) if "result" in route.reply
-                                   else {"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
-        elif old_shape := sorted(route.refused & arguments.keys()):
-            action = Reply(error_reply(msg, -32602, f"Invalid params: unexpected argument {old_shape[0]!r} "
-                                                    f"for tool {name!r}"))
-        else:
-            renamed = {route.arguments.get(key, key): value for key, value in arguments.items()}
-            params = {**rpc["params"], "name": route.real} | ({"arguments": renamed} if renamed else {})
-            action = Rewrite({**rpc, "params": params})
-        self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
-        if isinstance(action, Rewrite):
-            msg.replace(action.message)
-        return Fired(rule, rule.fault, action)
+        arguments = dict(arguments) if isinstance(arguments, dict) else {}
+        shown, below = name, len(self._rule_order)
+        fired: list[Fired] = []
+        while True:
+            layer = max(((self._rule_order[route.rule], route) for route in session.routes.layers(name)
+                         if self._rule_order.get(route.rule, below) < below), key=lambda pair: pair[0], default=None)
+            if layer is None:
+                break
+            below, route = layer
+            rule = self.scenario.rules[below]
+            action: Action
+            if old_shape := sorted(route.refused & arguments.keys()):
+                action = Reply(error_reply(msg, -32602, f"Invalid params: unexpected argument {old_shape[0]!r} "
+                                                        f"for tool {shown!r}"))
+            elif route.reply is not None:
+                action = Reply(result_reply(msg, route.reply["result"]) if "result" in route.reply
+                               else {"jsonrpc": "2.0", "id": rpc.get("id"), **route.reply})
+            else:
+                arguments = {route.arguments.get(key, key): value for key, value in arguments.items()}
+                name = route.real or name
+                params = {**rpc["params"], "name": name} | ({"arguments": arguments} if arguments else {})
+                if params == rpc["params"]:
+                    continue  # a call already in the upstream's shape (a drifted tool called the old way)
+                action = Rewrite({**rpc, "params": params})
+                rpc = action.message
+            self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
+            fired.append(Fired(rule, rule.fault, action))
+            if isinstance(action, Reply):
+                break
+            msg.replace(rpc)
+        return fired
 
     def _gate_and_act(self, compiled: _CompiledRule, msg: Message, key: str | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             return None
-        rule.fault.observe(msg, self.session(msg.session))
+        session = self.session_of(msg)
+        rule.fault.observe(msg, session)
         counter = compiled.counter(msg.session)
         seen = counter.keys.get(key) if key is not None else None
         if seen is None:
@@ -286,8 +349,8 @@ class Engine:
             rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
-        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, self.session(msg.session), rule.name))
-        if action is None:
+        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, session, rule.name))
+        if action is None or _changes_nothing(action, msg):
             return None
         if isinstance(action, Skip):
             llm = {"api": msg.api, "model": msg.model, "turn": msg.turn} if msg.api is not None else {}
@@ -305,7 +368,9 @@ class Engine:
 
     def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
         fault = rule.fault
-        effect = {k: v for k, v in dataclasses.asdict(action).items() if not isinstance(v, bytes | dict)}
+        # the action's own fields, not a deep copy of them (a rewritten tools array can be large)
+        effect = {f.name: value for f in dataclasses.fields(action)
+                  if not isinstance(value := getattr(action, f.name), bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
         if msg.api is not None:
@@ -335,6 +400,19 @@ class Engine:
     def reset(self) -> None:
         """Forget every counter and session state (the control API's POST /reset)."""
         self.load(self.scenario, keep_state=False)
+
+
+_LEARNED = frozenset({"tools/list", "tools/call"})
+
+
+def _changes_nothing(action: Action, msg: Message) -> bool:
+    """True for a rewrite that leaves the message as it was: such a fault did not fire."""
+    match action:
+        case Rewrite(message=message):
+            return message == msg.rpc
+        case Garble(raw=raw):
+            return raw == msg.body
+    return False
 
 
 def _payload(action: Action) -> bytes | None:

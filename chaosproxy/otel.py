@@ -21,16 +21,19 @@ the fields of the fault's log line.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from chaosproxy import __version__
 from chaosproxy.actions import Action, CutStream, Delay, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
+from chaosproxy.llm import ANTHROPIC
 from chaosproxy.log import ops
 
 if TYPE_CHECKING:
@@ -63,13 +66,13 @@ class Tracing:
 
     on = False
 
-    def start(self, msg: Message, *, network: str, server: tuple[str, int | None] | None = None,
-              url: str | None = None, session_id: str | None = None) -> dict[str, str]:
+    def start(self, msg: Message, *, network: str, url: str | None = None,
+              session_id: str | None = None) -> dict[str, str]:
         """Open the span of the call `msg` starts and put the proxy's context into its `_meta`.
 
         Returns the HTTP headers to forward in place of the agent's `traceparent`/`tracestate`.
-        `network` is `tcp` or `pipe`; `server` the real upstream's address; `url` the upstream URL
-        of an HTTP call; `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`).
+        `network` is `tcp` or `pipe`; `url` the upstream URL of an HTTP call (the real server's
+        address); `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`).
         """
         return {}
 
@@ -127,28 +130,28 @@ class OtlpTracing(Tracing):
     """Spans exported over OTLP/HTTP with the SDK's batch span processor, on a provider of its own.
 
     A provider of its own, not the global one: an agent that embeds the proxy keeps its tracing.
-    `endpoint` (the full traces URL) and `simple` (export each span at once) are for tests.
     """
 
     on = True
 
-    def __init__(self, *, run_id: str, seed: int, endpoint: str | None = None, simple: bool = False) -> None:
+    def __init__(self, *, run_id: str, seed: int) -> None:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         if protocol not in (None, "", "http/protobuf"):
             ops.warning("OTLP protocol %r is not supported; exporting http/protobuf", protocol)
-        resource = Resource.create({SERVICE_VERSION: __version__})
+        # the run's id and seed on the resource: sent once per batch, not once per span
+        resource = Resource.create({SERVICE_VERSION: __version__, "chaosproxy.run_id": run_id, "chaosproxy.seed": seed})
         if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: "chaosproxy"}))
+        resource = _resource_hashed_once(Resource)(resource.attributes, resource.schema_url)
         self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # sampler: OTEL_TRACES_SAMPLER
-        exporter = OTLPSpanExporter(endpoint=endpoint)
-        self.provider.add_span_processor(SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # both read OTEL_* themselves
         self.tracer = self.provider.get_tracer("chaosproxy", __version__)
         self.run_id = run_id
         self.seed = seed
@@ -158,8 +161,8 @@ class OtlpTracing(Tracing):
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
         ops.info("exporting OpenTelemetry spans over OTLP/HTTP (service %s)", resource.attributes.get(SERVICE_NAME))
 
-    def start(self, msg: Message, *, network: str, server: tuple[str, int | None] | None = None,
-              url: str | None = None, session_id: str | None = None) -> dict[str, str]:
+    def start(self, msg: Message, *, network: str, url: str | None = None,
+              session_id: str | None = None) -> dict[str, str]:
         trace = self._trace
         rpc = msg.rpc if msg.body else None
         method = rpc.get("method") if rpc is not None else None
@@ -174,16 +177,15 @@ class OtlpTracing(Tracing):
             header_span = trace.get_current_span(from_header).get_span_context()
             if header_span != trace.get_current_span(from_meta).get_span_context():
                 links = [trace.Link(header_span, {"chaosproxy.link": "http.traceparent"})]
-        attributes: dict[str, Any] = {"network.transport": network, "chaosproxy.run_id": self.run_id,
-                                      "chaosproxy.seed": self.seed}
-        if server is not None:
-            attributes["server.address"] = server[0]
-            if server[1] is not None:
-                attributes["server.port"] = server[1]
-        if msg.http_method is not None:
-            attributes["network.protocol.name"] = "http"
+        attributes: dict[str, Any] = {"network.transport": network}
+        if url is not None:
+            server = urlsplit(url)
+            attributes["server.address"] = server.hostname
+            attributes["server.port"] = server.port or (443 if server.scheme == "https" else 80)
         if isinstance(method, str):
             name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)
+        elif msg.api is not None:
+            name = _genai_attributes(attributes, msg)
         else:
             name = msg.http_method or "call"
             attributes["http.request.method"] = msg.http_method
@@ -191,7 +193,7 @@ class OtlpTracing(Tracing):
                 attributes["url.full"] = url
         span = self.tracer.start_span(name, context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes,
                                       links=links)
-        msg.trace = call = _Span(self, span)
+        msg.trace = _Span(self, span)
         context = span.get_span_context()
         carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
         if context.trace_state:
@@ -270,6 +272,8 @@ class _Span(CallTrace):
             # one string, comma-separated when several fired: trace viewers search strings, not arrays
             self.span.set_attribute(f"chaosproxy.fault.{key}", ",".join(str(f.get(field)) for f in self.faults))
         self.span.add_event("chaosproxy.fault", _event_attributes(fields))
+        if len(self.faults) == 1:
+            self.span.set_attributes({"chaosproxy.seed": self.tracing.seed, "chaosproxy.run_id": self.tracing.run_id})
         failure = _failure(action)
         if failure is not None:
             self.failure = failure
@@ -296,7 +300,8 @@ class _Span(CallTrace):
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
         trace = self.tracing._trace
         span = self.span
-        span.set_attribute("chaosproxy.outcome", outcome)
+        if outcome != "ok":
+            span.set_attribute("chaosproxy.outcome", outcome)
         error_type: str | None = None
         if status is not None:
             span.set_attribute("http.response.status_code", status)
@@ -340,6 +345,31 @@ class _RunSpan(RunSpan):
         if status != "passed":
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"the run {status}"))
         self.span.end()
+
+
+def _resource_hashed_once(base: type) -> type:
+    """A Resource that computes its hash once. The OTLP encoder groups every span of a batch by its
+    resource, and Resource.__hash__ serialises all the attributes to JSON each time (~10 µs a span)."""
+    class Resource(base):  # type: ignore[misc,valid-type]
+        @functools.cached_property
+        def _hash(self) -> int:
+            return super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+    return Resource
+
+
+def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:
+    """The GenAI conventions' attributes for a model-API call (LLM-gateway mode); returns the span's name."""
+    attributes["gen_ai.operation.name"] = "chat"
+    attributes["gen_ai.provider.name"] = "anthropic" if msg.api == ANTHROPIC else "openai"
+    attributes["chaosproxy.llm.api"] = msg.api
+    attributes["http.request.method"] = msg.http_method
+    if msg.model is not None:
+        attributes["gen_ai.request.model"] = msg.model
+        return f"chat {msg.model}"
+    return "chat"
 
 
 def _failure(action: Action) -> str | None:

@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,7 +23,7 @@ from chaosproxy.scenario import Scenario, load_scenario
 @contextlib.contextmanager
 def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
                 log_path: str | Path | None = None, scenario: Scenario | None = None,
-                otel: bool = False) -> Iterator[Engine]:
+                otel: bool = False, scenario_dirs: Iterable[Path] = ()) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
@@ -31,7 +31,7 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     when --otel is given without the [otel] extra.
     """
     if scenario is None:
-        scenario = load_scenario(scenario_path) if scenario_path is not None else Scenario()
+        scenario = load_scenario(scenario_path, scenario_dirs) if scenario_path is not None else Scenario()
     seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     stream: BinaryIO = open(log_path, "ab") if log_path is not None else sys.stderr.buffer  # noqa: SIM115
     log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from chaosproxy import yaml_limits
 from chaosproxy.faults import FaultSpec
+from chaosproxy.named_files import ScenarioFiles, read_capped
+from chaosproxy.yaml_limits import BoundedLoader, YamlProblems
 
 
 class _Strict(BaseModel):
@@ -107,75 +112,74 @@ class Scenario(_Strict):
         return self
 
 
-class ScenarioError(ValueError):
+class ScenarioError(YamlProblems):
     """An invalid scenario. `problems` holds one 'FILE:LINE: reason' string per problem."""
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
+
+PARSE_BUDGET_S = 5.0  # how long a scenario may take to read off the event loop before it is refused
 
 
 def read_text(path: Path) -> str:
     """A scenario (or suite) file's text, or a ScenarioError saying why it cannot be read."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
+        return read_capped(path)
+    except ValueError as exc:
+        raise ScenarioError([f"{path}: cannot read: the file {exc}"]) from None
 
 
 def compose(loader: yaml.SafeLoader, source: str) -> tuple[yaml.Node | None, Any]:
-    """The YAML node tree (for line numbers) and its data; a ScenarioError with the line of a syntax
-    error, or of a key given twice (YAML would quietly keep the last one and hide the mistake)."""
+    """The YAML node tree (for line numbers) and its data, within yaml_limits' bounds."""
     try:
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}" if mark is not None else "1"
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([f"{source}:{line}: invalid YAML: {reason}"]) from None
-    finally:
-        loader.dispose()
-    if root is not None and (duplicates := _duplicate_keys(root, source)):
-        raise ScenarioError(duplicates)
-    return root, data
+        return yaml_limits.compose(loader, source)
+    except YamlProblems as exc:
+        raise ScenarioError(exc.problems) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, scenario_dirs: Iterable[Path] = ()) -> Scenario:
+    """A scenario file; the files it names lie beside it or under one of `scenario_dirs`."""
     path = Path(path)
-    return parse_scenario(read_text(path), str(path), base_dir=path.parent)
+    return parse_scenario(read_text(path), str(path), ScenarioFiles.beside(path, scenario_dirs))
 
 
-def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+def parse_scenario(text: str, source: str = "<scenario>", files: ScenarioFiles | None = None) -> Scenario:
     """Validate YAML (or JSON) text; every problem is reported with the line it comes from.
 
-    Files a scenario names (a paraphrase mapping) are found relative to `base_dir`.
+    `files` says where files the scenario names may lie (default: anywhere, for Python callers).
     """
-    root, data = compose(yaml.SafeLoader(text), source)
+    try:
+        yaml_limits.check_size(text, source)
+    except YamlProblems as exc:
+        raise ScenarioError(exc.problems) from None
+    root, data = compose(BoundedLoader(text), source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ScenarioError([f"{source}:1: a scenario is a mapping with a 'rules' list"])
     try:
-        return Scenario.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
+        return Scenario.model_validate(data, context={"files": files or ScenarioFiles.trusted()})
     except ValidationError as exc:
         raise ScenarioError([_describe(error, root, source) for error in exc.errors()]) from None
 
 
-def _duplicate_keys(node: yaml.Node, source: str) -> list[str]:
-    problems: list[str] = []
-    if isinstance(node, yaml.MappingNode):
-        first_line: dict[Any, int] = {}
-        for key, value in node.value:
-            line = key.start_mark.line + 1
-            if key.value in first_line:
-                problems.append(f"{source}:{line}: duplicate key {key.value!r} (first on line {first_line[key.value]})")
-            first_line.setdefault(key.value, line)
-            problems += _duplicate_keys(value, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            problems += _duplicate_keys(item, source)
-    return problems
+def keep_routes(scenario: Scenario, start_routes: dict[str, str], source: str) -> Scenario:
+    """The one rule for a scenario swapped in at runtime (PUT, SIGHUP, --watch): routes are fixed at start.
+
+    A new scenario may leave `routes:` out or repeat the start-up scenario's; it then shows them, as
+    they are what traffic follows. Different routes are refused with the reason.
+    """
+    if scenario.routes and scenario.routes != start_routes:
+        raise ScenarioError([f"{source}:1: routes: routes are fixed when the proxy starts (they are "
+                             f"{start_routes or 'none in its scenario'}); restart it to change them"])
+    return scenario if scenario.routes == start_routes else scenario.model_copy(update={"routes": start_routes})
+
+
+async def off_loop[T](read: Callable[[], T], source: str, budget: float = PARSE_BUDGET_S) -> T:
+    """`read()` (parse_scenario, load_scenario) in a worker thread, so the proxy keeps serving meanwhile;
+    a ScenarioError when it takes longer than `budget` seconds (the thread's result is then dropped)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(read), budget)
+    except TimeoutError:
+        raise ScenarioError([f"{source}:1: took longer than {budget:g} s to read; refused"]) from None
 
 
 def _describe(error: Any, root: yaml.Node, source: str) -> str:

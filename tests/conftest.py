@@ -19,7 +19,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
-from tests.mcp_support import serve
+from tests.mcp_support import STRICT_SERVER, serve
 from tests.support import RunningProxy, ServerLoop
 
 
@@ -76,4 +76,18 @@ def mcp_json() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def mcp_sse() -> Iterator[str]:
     with serve("sse") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mcp_strict() -> Iterator[str]:
+    """tests/strict_server.py: tools with strict output schemas (enums, formats, no extra keys)."""
+    with serve("http", command=STRICT_SERVER) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mcp_paged() -> Iterator[str]:
+    """tests/strict_server.py listing its tools two per page."""
+    with serve("http", "--page-size", "2", command=STRICT_SERVER) as url:
         yield url

@@ -12,9 +12,10 @@ import pytest
 from chaosproxy.demo import llm_server
 from tests.support import ServerLoop
 
-WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string", "description": "the city"}},
-                  "required": ["city"]}
-SEARCH_PARAMS = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+WEATHER_PARAMS = {"type": "object", "properties": {
+    "city": {"type": "string", "description": "The city to return the current weather for."}}, "required": ["city"]}
+SEARCH_PARAMS = {"type": "object", "properties": {
+    "query": {"type": "string", "description": "What to find in the documentation."}}, "required": ["query"]}
 CHAT_TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for a city.",
                                       "parameters": WEATHER_PARAMS}},

@@ -18,14 +18,14 @@ from mcp.client.sse import sse_client
 from tests.support import free_port
 
 SERVER = [sys.executable, "-m", "chaosproxy.demo.mcp_server"]
-
+STRICT_SERVER = [sys.executable, "-m", "tests.strict_server"]
 
 
 @contextlib.contextmanager
-def serve(transport: str, *flags: str) -> Iterator[str]:
-    """Run the tool server over `transport` (http or sse) on a free port; yields its base URL."""
+def serve(transport: str, *flags: str, command: list[str] = SERVER) -> Iterator[str]:
+    """Run a tool server over `transport` (http or sse) on a free port; yields its base URL."""
     port = free_port()
-    proc = subprocess.Popen([*SERVER, transport, "--port", str(port), *flags],
+    proc = subprocess.Popen([*command, transport, "--port", str(port), *flags],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 20

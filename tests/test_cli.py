@@ -90,7 +90,12 @@ def test_demo_runs_end_to_end(tmp_path: Path):
     log = tmp_path / "demo.jsonl"
     proc = subprocess.run([*CHAOSPROXY, "demo", "--log", str(log)], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
-    assert "faults fired:" in proc.stdout
+    assert "Robustness summary" in proc.stdout and "faults fired:" in proc.stdout
     faults = [json.loads(line) for line in log.read_text().splitlines() if '"event":"fault"' in line]
     fired = {f["fault"] for f in faults}
-    assert {"latency", "http_error", "hang", "truncate", "stream_cut", "rate_limit"} <= fired
+    assert {"latency", "http_error", "hang", "truncate", "stream_cut",  # a REST tool API
+            "duplicate_tool", "rename_tool", "typos", "input_schema_drift",  # an MCP server
+            "prompt_typos", "llm_error", "malformed_tool_call"} <= fired  # the model API
+    assert {f["api"] for f in faults if "api" in f} == {"anthropic"}
+    report = log.with_suffix(".html")
+    assert f"HTML report:      {report}" in proc.stdout and "<html" in report.read_text()

@@ -21,7 +21,7 @@ ROOT = Path(__file__).parent.parent
 SUITE = ROOT / "scenarios" / "suites" / "transient.yaml"
 
 
-def chaosproxy(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def chaosproxy(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CHAOSPROXY, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
@@ -62,6 +62,7 @@ def drills(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     yield folders
 
 
+@pytest.mark.timeout(900)
 def test_the_drill_gate_fails_the_naive_agent_and_passes_the_retrying_one(drills: dict[str, Any]) -> None:
     assert drills["naive-exit"] == 3, drills["naive-stderr"]
     assert (
@@ -94,6 +95,7 @@ def test_the_drill_gate_fails_the_naive_agent_and_passes_the_retrying_one(drills
     assert bad.returncode == 2 and "RATE from 0 to 1" in bad.stderr
 
 
+@pytest.mark.timeout(900)
 def test_the_comparison_flags_transition_as_a_real_improvement(
     drills: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -134,6 +136,7 @@ def test_the_comparison_flags_transition_as_a_real_improvement(
     assert "gate failed: component transition: " in backwards.stderr and "real: worse" in backwards.stdout
 
 
+@pytest.mark.timeout(900)
 def test_the_comparison_html_shows_paired_bars_in_chromium_without_errors(
     drills: dict[str, Any], tmp_path: Path
 ) -> None:

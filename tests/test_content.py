@@ -276,8 +276,8 @@ def test_a_path_selects_everything_under_it_once():
 
 
 def test_plain_text_is_never_selected_by_paths():
-    assert content.targets("some text", ["$.items"]) == frozenset()
-    assert content.targets("some text", []) == frozenset({()})
+    assert content.targets("some text", ["$.items"]).hit == frozenset()
+    assert content.targets("some text", []).hit == frozenset({()})
 
 
 @pytest.mark.parametrize("path", ["$.items[", "items", "$..", "$[?@.x ==]", "$.a | $.b", "$.a.keys()"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chaosproxy.client import ControlClient, ControlError
 from chaosproxy.control import ControlConfigError, ControlServer, is_loopback, scenario_json, serve_control
+from chaosproxy.reload import reload_scenario
 from chaosproxy.scenario import parse_scenario
 from tests.support import RunningProxy, ServerLoop, rule
 
@@ -151,7 +154,7 @@ def test_an_invalid_scenario_is_refused_with_file_and_line_and_the_old_stays(con
 
     with pytest.raises(ControlError) as unparsable:
         ctl.control.put_scenario("rules: [unclosed")
-    assert unparsable.value.problems[0].startswith("request:1: invalid YAML")
+    assert re.match(r"request:[12]: invalid YAML", unparsable.value.problems[0])  # libyaml: the end of input
 
     assert ctl.control.get_scenario() == before
     assert status_of(ctl.proxy.url) == 503  # the old scenario is still the one in force
@@ -408,3 +411,45 @@ def test_same_origin_and_loopback_names_are_fine(controlled):
     assert ctl.get("/version", {"Host": f"localhost:{ctl.port}"})[0] == 200
     version = ctl.control.version()
     assert version["run_id"] == "test" and version["seed"] == 7
+
+
+def test_routes_are_fixed_alike_for_put_and_reload(controlled, server_loop: ServerLoop, upstream: str,
+                                                   tmp_path: Path):
+    start = {"routes": {"/tools": upstream}, "rules": [FLAKY]}
+    ctl = controlled(start)
+    assert ctl.control.put_scenario({"rules": []})["routes"] == start["routes"]  # left out: they stay
+    assert ctl.control.get_scenario()["routes"] == start["routes"]
+    assert ctl.control.put_scenario(start)["rules"][0]["name"] == "flaky"  # the original goes back in
+    moved = {**start, "routes": {"/tools": "http://127.0.0.1:9"}}
+    with pytest.raises(ControlError) as refused:
+        ctl.control.put_scenario(moved)
+    assert refused.value.status == 400 and "routes are fixed when the proxy starts" in refused.value.problems[0]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(moved))
+    assert not server_loop.run(reload_scenario(ctl.proxy.engine, path))
+    path.write_text(yaml.safe_dump({"rules": []}))
+    assert server_loop.run(reload_scenario(ctl.proxy.engine, path))
+    assert ctl.control.get_scenario() == {"routes": start["routes"], "rules": []}
+    conn = http.client.HTTPConnection(ctl.proxy.url.removeprefix("http://"), timeout=10)
+    conn.request("GET", "/tools/api/weather?city=oslo")  # traffic follows the routes shown
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
+def test_events_readers_are_capped(controlled):
+    ctl = controlled()
+    ctl.server.max_subscribers = 2
+    readers = [socket.create_connection(("127.0.0.1", ctl.port)) for _ in range(2)]
+    try:
+        for reader in readers:
+            reader.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert reader.recv(100).startswith(b"HTTP/1.1 200")
+        status, body = ctl.get("/events")
+        assert status == 503 and "2 clients already read /events" in body["error"]
+    finally:
+        for reader in readers:
+            reader.close()
+    deadline = time.monotonic() + 5
+    while ctl.server._streams and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ctl.get("/healthz")[0] == 200 and not ctl.server._streams

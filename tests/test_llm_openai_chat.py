@@ -241,3 +241,28 @@ def test_bad_input_passes_untouched_with_a_skip_line(llm: ScriptedLlm, make_prox
     assert reasons[1].startswith("POST /v1/embeddings is no model-API path")
     assert reasons[2].startswith("the model API answered in an unexpected shape")
     assert proxy.events("fault") == []
+
+
+def test_forced_tool_choice_follows_the_renamed_tool(llm: ScriptedLlm, make_proxy: Any) -> None:
+    proxy = make_proxy(rules({"fault": {"type": "rename_tool", "tool": "get_weather", "style": "prefix",
+                                        "prefix": "v2_"}}), to=llm.url)
+    reply = client(proxy.url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], tools=CHAT_TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert llm.requests[-1]["tool_choice"]["function"]["name"] == "v2_get_weather"
+    assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+def test_reset_mid_stream_and_latency(llm: ScriptedLlm, make_proxy: Any) -> None:
+    reset = make_proxy(rules({"fault": {"type": "reset", "after_bytes": 300}}), to=llm.url)
+    with pytest.raises(openai.APIConnectionError):
+        for _ in client(reset.url).chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "a long answer, please, in many chunks"}],
+                stream=True):
+            pass
+    slow = make_proxy(rules({"match": {"api": "openai-chat"}, "fault": {"type": "latency", "delay_ms": 400}}),
+                      to=llm.url)
+    started = time.monotonic()
+    first_turn(client(slow.url), stream=True)
+    assert time.monotonic() - started >= 0.38
+    assert slow.events("fault")[0]["api"] == "openai-chat"

@@ -291,17 +291,19 @@ async def test_flip_to_success_hides_a_tool_error(make_proxy, mcp_http):
     proxy = make_proxy(on_call({"type": "flip_is_error", "direction": "to_success"}, "*"), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
         good = await session.call_tool("weather", {"city": "Oslo"})  # already a success: left alone
-        # The SDK checks only successful results against the tool's outputSchema: this error, now
-        # claiming success, has no structuredContent, and the client rejects it.
-        with pytest.raises(RuntimeError, match="has an output schema but did not return structured content"):
-            await session.call_tool("fail", {"reason": "disk full"})
+        # The SDK checks successful results against the tool's outputSchema: the error passed off as
+        # a success carries structuredContent valid for it (the error text, as a string tool returns).
+        lied = await session.call_tool("fail", {"reason": "disk full"})
     assert good.is_error is False
+    assert lied.is_error is False and lied.content[0].text == "Error executing tool fail"
+    assert lied.structured_content == {"result": lied.content[0].text}
     [fault] = proxy.events("fault")
     assert fault["tool"] == "fail"
 
 
-async def test_flip_both_ways(make_proxy, mcp_http):
-    proxy = make_proxy(on_call({"type": "flip_is_error"}, "*"), to=mcp_http)
+async def test_flip_without_respect_for_the_schema_gets_rejected_by_the_client(make_proxy, mcp_http):
+    """respect_schema: false keeps the bare flip, for those who want to see the client-side failure."""
+    proxy = make_proxy(on_call({"type": "flip_is_error", "respect_schema": False}, "*"), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
         assert (await session.call_tool("add", {"a": 1, "b": 2})).is_error is True
         with pytest.raises(RuntimeError, match="did not return structured content"):
@@ -366,10 +368,10 @@ def test_bad_parameters_name_the_line_and_the_reason(fault, reason):
 
 
 @pytest.mark.parametrize("content,reason", [
-    ("search: [unclosed\n", "is not valid YAML (line 2)"),
+    ("search: [unclosed\n", "line 2: invalid YAML"),
     ("- a list\n", "must be a non-empty mapping"),
-    ("search: []\n", "'search' must map to a paraphrase (a non-empty string) or a non-empty list"),
-    ("search: [look up, 3]\n", "'search' must map to a paraphrase (a non-empty string) or a non-empty list"),
+    ("search: []\n", "line 1: a phrase must map to a paraphrase (a non-empty string) or a non-empty list"),
+    ("x: y\nsearch: [look up, 3]\n", "line 2: a phrase must map to a paraphrase (a non-empty string) or a non-empty"),
 ])
 def test_a_bad_mapping_file_is_rejected_at_load_time(tmp_path: Path, content, reason):
     mapping = tmp_path / "phrases.yaml"
@@ -389,7 +391,7 @@ def test_pagination_keeps_next_cursor_and_rewrites_every_page():
     page2 = listing(engine, [{"name": "b", "description": "B.", "inputSchema": {}}], cursor="p2", next_cursor="p3")
     assert page1 == [{"name": "a", "inputSchema": {}}]
     assert [t["name"] for t in page2] == ["b", "b_Budget"]
-    assert engine.session("s").routes["b_Budget"].real == "b"
+    assert engine.session("s").routes.get("b_Budget").real == "b"
 
 
 def test_a_distractor_never_takes_a_name_the_server_lists():
@@ -409,8 +411,11 @@ def test_a_distractor_of_a_made_up_tool_goes_where_that_tool_goes():
     ])
     shown = listing(engine, [{"name": "search", "inputSchema": {}}])
     assert [t["name"] for t in shown] == ["search", "search_Fast", "srch_Fst"]
-    routes = engine.session("s").routes
-    assert (routes["search_Fast"].real, routes["srch_Fst"].real) == ("search", "search")
+    for alias in ("search_Fast", "srch_Fst"):
+        asked = Message("http", Phase.REQUEST, session="s", body=json.dumps(
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": alias}}).encode())
+        engine.decide(asked)
+        assert asked.tool == "search"
 
 
 @pytest.mark.parametrize("fault,method", [

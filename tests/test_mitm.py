@@ -100,6 +100,18 @@ async def _rpc_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def _slow_text(request: web.Request) -> web.StreamResponse:
+    """Chunked plain text, five pieces 0.2 s apart: a client sees the first long before the last."""
+    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    for i in range(5):
+        await response.write(f"line {i}\n".encode())
+        await asyncio.sleep(0.2)
+    await response.write_eof()
+    return response
+
+
 @pytest.fixture(scope="session")
 def https_upstream(server_loop: ServerLoop, tls_files: dict[str, Path]) -> Iterator[int]:
     """The port of the HTTPS tool server on 127.0.0.1 (reach it as localhost or as 127.0.0.1)."""
@@ -110,6 +122,7 @@ def https_upstream(server_loop: ServerLoop, tls_files: dict[str, Path]) -> Itera
         app = tool_server.make_app()
         app.router.add_post("/rpc", _rpc)
         app.router.add_post("/rpc-stream", _rpc_stream)
+        app.router.add_get("/slow-text", _slow_text)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
@@ -199,6 +212,49 @@ async def test_listed_host_is_intercepted_and_faulted_unlisted_host_tunnelled(ma
     assert [(c["path"], c["status"], c["outcome"], c["faults"]) for c in calls] == [
         ("/api/weather", 418, "fault_response", ["teapot"]), ("/health", 200, "ok", [])]
     assert all(c["transport"] == "mitm" and c["route"] == "localhost" for c in calls)
+
+
+async def test_a_listed_ip_does_not_let_in_the_names_that_resolve_to_it(make_mitm):
+    """--hosts 127.0.0.1: https://127.0.0.1 is intercepted, https://localhost (also 127.0.0.1) is not."""
+    mitm = make_mitm(rule("teapot", {"type": "http_error", "status": 418}), hosts="127.0.0.1")
+    status, _, _ = await mitm.fetch(mitm.tunnelled + "/health")  # 127.0.0.1: listed, mitmproxy's certificate
+    assert status == 418
+    status, _, body = await mitm.fetch(mitm.intercepted + "/health", trust=mitm.real_ca)  # localhost: real one
+    assert (status, body) == (200, b"ok")
+    with pytest.raises(aiohttp.ClientConnectorCertificateError):
+        await mitm.fetch(mitm.intercepted + "/health")
+    assert [fault["route"] for fault in mitm.events("fault")] == ["127.0.0.1"]
+
+
+async def test_a_chunked_json_rpc_request_is_inspected(make_mitm):
+    """A request body without Content-Length is read whole when it is JSON and a rule needs bodies."""
+    mitm = make_mitm(rule("refuse", {"type": "rpc_error", "code": -32000}, match={"tool": "lookup"}))
+
+    async def chunked(call: dict[str, Any]) -> Any:
+        body = json.dumps(call).encode()
+        yield body[:10]
+        yield body[10:]
+
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}}
+    status, _, body = await mitm.fetch(mitm.intercepted + "/rpc", "POST", data=chunked(call),
+                                       headers={"Content-Type": "application/json"})
+    assert status == 200 and json.loads(body)["error"]["code"] == -32000
+    [fault] = mitm.events("fault")
+    assert (fault["rule"], fault["tool"], fault["rpc_id"]) == ("refuse", "lookup", 7)
+
+
+async def test_a_chunked_text_response_streams_past_an_unrelated_message_rule(make_mitm):
+    """A rule on one MCP tool must not make every chunked text response wait for its last byte."""
+    mitm = make_mitm(rule("typos", {"type": "typos", "rate": 1}, match={"tool": "search"}))
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
+        started = time.perf_counter()
+        async with client.get(mitm.intercepted + "/slow-text", proxy=mitm.proxy, ssl=mitm.mitm_ca) as response:
+            first = await response.content.readline()
+            first_at = time.perf_counter() - started
+            rest = await response.read()
+    assert first == b"line 0\n" and rest.count(b"line") == 4
+    assert first_at < 0.6  # the whole body takes 1 s: it was passed on as it came
+    assert mitm.events("fault") == []
 
 
 async def test_idle_proxy_is_transparent(make_mitm):
@@ -361,7 +417,7 @@ async def test_stream_cut_after_events(make_mitm):
     assert status == 200  # a clean end: the body was delimited by the connection's close
     assert body.count(b"event: tick") == 2 and body.endswith(b"\n\n")
     [call] = await mitm.events_soon("call", 1)
-    assert (call["outcome"], call["bytes_out"]) == ("ok", len(body))
+    assert (call["outcome"], call["bytes_out"], call["faults"]) == ("stream_cut", len(body), ["cut"])
 
 
 async def test_stream_cut_idle_starves_the_client(make_mitm):

@@ -71,8 +71,8 @@ async def make_calls(target: Any) -> None:
             await session.call_tool("add", {"a": 1, "b": 2})
             result = await session.call_tool("search", {"query": "chaos"})
             assert "chaos result 1" in result.content[0].text
-            with pytest.raises(MCPError):
-                await session.call_tool("weather", {"city": "Oslo"})
+            with pytest.raises(MCPError):  # legacy SSE clients never hear of a failed POST: they time out
+                await session.call_tool("weather", {"city": "Oslo"}, read_timeout_seconds=5)
 
 
 def check_call_spans(receiver: Receiver, network: str) -> dict[str, Span]:
@@ -92,13 +92,16 @@ def check_call_spans(receiver: Receiver, network: str) -> dict[str, Span]:
         assert isinstance(attributes["jsonrpc.request.id"], str)
         assert attributes["network.transport"] == network
         assert attributes["mcp.protocol.version"]
-        assert attributes["chaosproxy.run_id"] and isinstance(attributes["chaosproxy.seed"], int)
+        assert span.resource["chaosproxy.run_id"] and isinstance(span.resource["chaosproxy.seed"], int)
+        assert span.resource["service.name"] == "chaosproxy"
     assert "chaosproxy.fault.type" not in add.attributes and add.status == "UNSET"
 
     assert search.attributes["chaosproxy.fault.type"] == "latency"
     assert search.attributes["chaosproxy.fault.rule"] == "slow-search"
     assert search.attributes["chaosproxy.fault.component"] == "transition"
     assert search.attributes["chaosproxy.fault.level"] == "transport"
+    assert (search.attributes["chaosproxy.seed"], search.attributes["chaosproxy.run_id"]) == (
+        search.resource["chaosproxy.seed"], search.resource["chaosproxy.run_id"])
     assert search.status == "UNSET" and search.seconds >= DELAY_S
     [(event, fields)] = search.events
     assert (event, fields["rule"], fields["fault"], fields["tool"]) == ("chaosproxy.fault", "slow-search",
@@ -191,3 +194,38 @@ def test_each_drill_run_is_a_trace_its_agent_and_proxy_join(tmp_path: Path, rece
     assert [s.trace_id for s in faulted] == [results[1]["trace_id"]]
     titles = [timeline.title for timeline in build_report(out).timelines]
     assert any(f"trace {results[1]['trace_id']}" in title for title in titles)
+
+
+
+def configured(code: str, **environ: str) -> str:
+    """Run `code` in a fresh interpreter with only these OTEL_* variables; its stdout."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith(("OTEL_", "TRACE"))}
+    done = subprocess.run([sys.executable, "-c", code], env={**environment, **environ}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip() + done.stderr
+
+
+def test_the_standard_variables_are_honoured():
+    code = ("from chaosproxy.otel import from_environment\n"
+            "t = from_environment(False, run_id='r', seed=3)\n"
+            "a = t.provider.resource.attributes\n"
+            "print(a['service.name'], a.get('deployment.environment'), a['chaosproxy.seed'], type(t.provider.sampler).__name__)\n")
+    out = configured(code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SERVICE_NAME="agent-tools",
+                     OTEL_RESOURCE_ATTRIBUTES="deployment.environment=staging", OTEL_TRACES_SAMPLER="traceidratio",
+                     OTEL_TRACES_SAMPLER_ARG="0.5")
+    assert out.splitlines()[0] == "agent-tools staging 3 TraceIdRatioBased"
+    off = "from chaosproxy.otel import from_environment\nprint(from_environment(False, run_id='r', seed=3).on)\n"
+    assert configured(off, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SDK_DISABLED="true") == "False"
+    assert configured(off, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces").startswith("True")
+    assert configured(off) == "False"
+
+
+def test_without_the_extra_an_endpoint_warns_and_otel_refuses():
+    missing = "import sys\nsys.modules['opentelemetry.sdk'] = None\nfrom chaosproxy.otel import from_environment\n"
+    out = configured(missing + "print(from_environment(False, run_id='r', seed=3).on)\n",
+                     OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
+    assert out.startswith("False") and "pip install 'chaosproxy[otel]'" in out and "running without tracing" in out
+    out = configured(missing + "from chaosproxy.otel import OtelUnavailable\ntry:\n"
+                     "    from_environment(True, run_id='r', seed=3)\nexcept OtelUnavailable as exc:\n    print(exc)\n")
+    assert "needs the [otel] extra" in out

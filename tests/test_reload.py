@@ -35,14 +35,14 @@ async def wait_for(condition, timeout: float = 5) -> None:  # type: ignore[no-un
             await asyncio.sleep(0.01)
 
 
-def test_an_invalid_file_keeps_the_scenario_in_force(engine, tmp_path: Path, caplog):
+async def test_an_invalid_file_keeps_the_scenario_in_force(engine, tmp_path: Path, caplog):
     path = tmp_path / "drill.yaml"
     path.write_text(ONE)
-    assert reload_scenario(engine, path) and rule_names(engine) == ["one"]
+    assert await reload_scenario(engine, path) and rule_names(engine) == ["one"]
     path.write_text(BAD)
     ops.addHandler(caplog.handler)
     try:
-        assert not reload_scenario(engine, path)
+        assert not await reload_scenario(engine, path)
     finally:
         ops.removeHandler(caplog.handler)
     assert rule_names(engine) == ["one"]

@@ -36,7 +36,7 @@ for city in ("lima", "oslo", "pune"):
 """
 
 
-def chaosproxy(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def chaosproxy(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CHAOSPROXY, *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -97,6 +97,7 @@ def test_the_plan_is_printed_or_written_and_nothing_runs(drill_file: Path, tmp_p
     assert refused.returncode == 2 and "a sharded drill needs --seed" in refused.stderr
 
 
+@pytest.mark.timeout(900)
 def test_three_shards_merged_equal_the_unsharded_drill_run_for_run(drill_file: Path, tmp_path: Path) -> None:
     whole = chaosproxy("drill", str(drill_file), "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr

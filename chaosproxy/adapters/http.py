@@ -611,7 +611,8 @@ class Inspection:
                 body = msg.body
         if msg.body is not None and self.relay.watching:
             self.relay.expect(msg)
-        if engine.active(Phase.RESPONSE, wire=False):  # rules read response bodies: ask for them plain
+        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching):
+            # rules read response bodies: ask for them plain
             headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
         streamed = head.has_body and body is None
         if body is not None:

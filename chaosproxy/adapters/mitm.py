@@ -50,6 +50,8 @@ _KEY = "chaosproxy"  # our state in flow.metadata
 # given an origin no endpoint names.
 _NO_UPSTREAM = URL("http://chaosproxy.invalid")
 _HOST_GLOB = re.compile(r"[A-Za-z0-9._*?:-]+")
+_IPV4 = r"\d{1,3}(?:\.\d{1,3}){3}"
+_IPV6 = r"[0-9A-Fa-f]*:[0-9A-Fa-f:.]*"  # at least one colon beside the port's: never a host name
 
 
 class HostPatterns:
@@ -79,8 +81,22 @@ class HostPatterns:
 
     @property
     def allow_hosts(self) -> list[str]:
-        """mitmproxy's `allow_hosts`: regexes on "host:port" (the CONNECT target, SNI, Host header or peer IP)."""
+        """mitmproxy's `allow_hosts`: regexes on "host:port" (the CONNECT target, SNI, Host header or peer IP).
+
+        A connection is decrypted when any of those names matches one, so a listed IP would also
+        let in every name that resolves to it (--hosts 127.0.0.1 let localhost in): see ignore_hosts.
+        """
         return [rf"^(?:{regex}):\d+$" for regex in self._regexes]
+
+    @property
+    def ignore_hosts(self) -> list[str]:
+        """mitmproxy's `ignore_hosts`: a connection is tunnelled when a name the agent asked for (the
+        CONNECT target, SNI, Host header) is not listed. IP addresses are exempt, since the peer IP
+        mitmproxy also checks is where a listed name resolved to, not a name the agent chose."""
+        if not self._regexes:
+            return []
+        listed = "|".join(f"(?:{regex})" for regex in self._regexes)
+        return [rf"^(?!(?:{listed}):\d+$)(?!{_IPV4}:\d+$)(?!\[?{_IPV6}\]?:\d+$).+$"]
 
     def __str__(self) -> str:
         return ", ".join(self.globs) if self.globs else "every host"
@@ -171,6 +187,8 @@ class ChaosAddon:
         state = flow.metadata[_KEY] = _Flow(msg)
         length = _body_length(request.headers, response=False)
         wanted = RULE_BODY_LIMIT if self.engine.needs_body else SMALL_BODY
+        if length is None and self.engine.needs_body and "json" in request.headers.get("content-type", ""):
+            return  # a chunked JSON(-RPC) request: read whole, decided on its messages at the request hook
         if length is None or length > wanted:  # decided on the headers; the body streams through
             request.stream = True
             await self._on_request(flow, state)
@@ -195,18 +213,20 @@ class ChaosAddon:
         is_stream = "text/event-stream" in content_type
         length = _body_length(headers, response=True)
         actions = []
+        reply = Message(TRANSPORT, Phase.RESPONSE, session=state.msg.session, http_method=state.msg.http_method,
+                        path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
+                        route=state.msg.route)
         if self.engine.active(Phase.RESPONSE):
-            reply = Message(TRANSPORT, Phase.RESPONSE, session=state.msg.session, http_method=state.msg.http_method,
-                            path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
-                            route=state.msg.route)
             actions = [fired.action for fired in self._decide(reply, state, messages=False)]
         for action in actions:
             if isinstance(action, Delay):
                 await asyncio.sleep(action.seconds)
         shaping = [action for action in actions if isinstance(action, Drip | Truncate | Reset | CutStream)]
         per_message = self.engine.active(Phase.RESPONSE, wire=False)
-        read_whole = per_message and not is_stream and is_text(content_type) \
-            and (length is None or length <= RULE_BODY_LIMIT)
+        # A body of unknown length (chunked) is read whole only when a rule may act on this very
+        # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
+        read_whole = per_message and not is_stream and is_text(content_type) and (
+            length <= RULE_BODY_LIMIT if length is not None else self.engine.wants_body(reply))
         if not shaping and (read_whole or (not is_stream and length is not None and length <= SMALL_BODY)):
             state.read_whole = read_whole  # buffered: mitmproxy keeps Content-Length right if a fault changes it
             return
@@ -449,6 +469,7 @@ class _Shaper:
                 self.state.outcome = "reset"
                 wire.reset()  # type: ignore[union-attr]
             case "eof":
+                self.state.outcome = "stream_cut"
                 wire.close()  # type: ignore[union-attr]
             case "idle":
                 self.state.outcome = "stream_idle"
@@ -460,10 +481,19 @@ class _WholeBody(_Stage):
 
     def __init__(self, relay: JsonRpcRelay, request: Message, headers: http.Headers) -> None:
         self.relay, self.request, self.headers = relay, request, headers
-        self.parts: list[bytes] = []
+        self.parts: list[bytes] | None = []
+        self.size = 0
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
+        if self.parts is None:  # past the limit: streaming on
+            return chunks
         self.parts += chunks
+        self.size += sum(map(len, chunks))
+        if self.size > RULE_BODY_LIMIT:
+            ops.warning("mitm: %s %s: a body past %d bytes is passed on undecided", self.request.http_method,
+                        self.request.path, RULE_BODY_LIMIT)
+            held, self.parts = self.parts, None
+            return held
         if not end:
             return []
         return [self.relay.relay_body(b"".join(self.parts), self.request, self.headers)]  # type: ignore[arg-type]
@@ -691,7 +721,7 @@ class MitmProxy:
         try:
             master.options.update(
                 mode=["regular"], listen_host=host, listen_port=port, confdir=str(self.confdir),
-                allow_hosts=self.hosts.allow_hosts,
+                allow_hosts=self.hosts.allow_hosts, ignore_hosts=self.hosts.ignore_hosts,
                 # HTTP/1.1 to both sides: a reset or a truncation then hits one exchange, as under `run`
                 http2=False,
                 ssl_verify_upstream_trusted_ca=str(self.upstream_ca) if self.upstream_ca else None,

@@ -27,6 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
+from chaosproxy.demo.serving import serve
+
 CREATED = 1_767_225_600
 _DIRECTIVE = re.compile(r"\bcall\s+([A-Za-z_][\w.-]*)\s*\(([^)]*)\)")
 _ARGUMENT = re.compile(r"\s*(\w+)\s*=\s*(\"[^\"]*\"|'[^']*'|[^,]*)\s*(?:,|$)")
@@ -368,11 +370,8 @@ async def start(host: str = "127.0.0.1", port: int = 0, *,
                 event_delay_s: float = 0.0) -> tuple[web.AppRunner, int, ScriptedModel]:
     """Start the server; returns its runner (call `cleanup()` to stop), the bound port and the model."""
     model = ScriptedModel(event_delay_s)
-    runner = web.AppRunner(model.app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1], model  # type: ignore[union-attr]
+    runner, bound = await serve(model.app, host, port)
+    return runner, bound, model
 
 
 if __name__ == "__main__":
@@ -381,5 +380,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--event-delay-ms", type=float, default=0.0, help="pause between streamed events")
     args = parser.parse_args()
-    web.run_app(ScriptedModel().app, host=args.host, port=args.port, access_log=None)
+    web.run_app(ScriptedModel(args.event_delay_ms / 1000).app, host=args.host, port=args.port, access_log=None)

@@ -17,6 +17,8 @@ import json
 
 from aiohttp import web
 
+from chaosproxy.demo.serving import serve
+
 FORECASTS = {"paris": 14, "tokyo": 19, "lima": 22, "oslo": 3}
 
 
@@ -88,11 +90,7 @@ def make_app() -> web.Application:
 
 async def start(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
     """Start the server; returns its runner (call `cleanup()` to stop) and the bound port."""
-    runner = web.AppRunner(make_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return await serve(make_app(), host, port)
 
 
 if __name__ == "__main__":

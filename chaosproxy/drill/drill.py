@@ -70,7 +70,8 @@ def replay(run_folder: Path, agent: str | None = None) -> tuple[Path, dict[str, 
     settings = {key: recorded[key] for key in ("judge", "timeout", "upstream", "stdio")}
     config = DrillConfig.model_validate({**settings, "agent": agent or recorded["agent"]})
     spec = RunSpec(recorded["run"], recorded["label"], recorded["kind"],
-                   (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"])
+                   (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"],
+                   recorded.get("scenario_dir"))
     n = 1
     while (run_folder / f"replay-{n}").exists():
         n += 1

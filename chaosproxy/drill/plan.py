@@ -29,6 +29,7 @@ class RunSpec:
     kind: str  # clean, scenario or sample
     scenario_text: str
     seed: int
+    scenario_dir: str | None = None  # where the scenario came from: files it names are found there
 
 
 def derive_seed(root: int, label: str) -> int:
@@ -37,24 +38,26 @@ def derive_seed(root: int, label: str) -> int:
 
 def plan_runs(config: DrillConfig, root_seed: int) -> list[RunSpec]:
     """The runs of a drill, in order. Raises ScenarioError when a scenario or the suite is invalid."""
-    configurations: list[tuple[str, str, str, int]] = [(CLEAN, CLEAN, CLEAN_SCENARIO, config.baseline_runs)]
+    configurations: list[tuple[str, str, str, int, str | None]] = [
+        (CLEAN, CLEAN, CLEAN_SCENARIO, config.baseline_runs, None)]
     stems = [path.stem for path in config.scenarios]
     for path, stem in zip(config.scenarios, stems, strict=True):
         load_scenario(path)
         label = stem if stems.count(stem) == 1 and stem != CLEAN else str(path)
-        configurations.append((label, "scenario", Path(path).read_text(encoding="utf-8"), config.repeat))
+        configurations.append((label, "scenario", Path(path).read_text(encoding="utf-8"), config.repeat,
+                               str(Path(path).parent.resolve())))
     if config.suite is not None:
         suite = load_suite(config.suite)
         for k in range(1, config.randomize + 1):
             seed = derive_seed(root_seed, f"sample-{k}")
             header = f"# sample {k} of the suite {config.suite}, drawn with seed {seed}\n"
             text = header + yaml.safe_dump(suite.sample(seed), sort_keys=False)
-            configurations.append((f"sample-{k}", "sample", text, config.repeat))
+            configurations.append((f"sample-{k}", "sample", text, config.repeat, str(config.suite.parent.resolve())))
     runs: list[RunSpec] = []
-    for label, kind, text, count in configurations:
+    for label, kind, text, count, folder in configurations:
         for _ in range(count):
             name = f"run-{len(runs) + 1}"
-            runs.append(RunSpec(name, label, kind, text, derive_seed(root_seed, name)))
+            runs.append(RunSpec(name, label, kind, text, derive_seed(root_seed, name), folder))
     return runs
 
 

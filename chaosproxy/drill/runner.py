@@ -2,13 +2,15 @@
 
 Every process is started in its own process group and ended by it (SIGTERM, then SIGKILL after a
 grace period), so an agent's children, and a stdio proxy it spawned, go with it. A hung agent is a
-finding (`timeout`), never a stuck drill.
+finding (`timeout`), never a stuck drill. On Linux each is also killed when the process that started
+it dies (a drill killed outright, a lost Ray worker), so nothing is left behind serving or waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import json
 import os
 import re
@@ -32,6 +34,16 @@ PROXY_START_S = 20.0  # how long a proxy may take to start listening
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
 _LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+) ")
 RUN_FILE = "run.json"
+# A run's proxy uses no pydantic plugins; looking for them would scan every installed package (~20 ms a run).
+PROXY_ENVIRONMENT = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+_PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """Run in the child before exec: be killed when the thread that started it dies."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass(slots=True)
@@ -90,10 +102,12 @@ class _Group:
         self.ended = False
 
     @classmethod
-    async def start(cls, argv: list[str], *, env: dict[str, str], stdout: Any, stderr: Any) -> _Group:
+    async def start(cls, argv: list[str], *, env: dict[str, str], stdout: Any, stderr: Any,
+                    cwd: Path | None = None) -> _Group:
         try:
             proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=stdout, stderr=stderr, start_new_session=True)
+                                                        stdout=stdout, stderr=stderr, start_new_session=True,
+                                                        cwd=cwd, preexec_fn=_die_with_parent)
         except OSError as exc:
             raise _RunError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         return cls(proc)
@@ -128,10 +142,12 @@ class _Group:
 class Run:
     """One run in its folder: scenario.yaml, log.jsonl, agent.stdout/.stderr, proxy.stderr, run.json."""
 
-    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig, tracing: Tracing = NO_TRACING) -> None:
+    def __init__(self, spec: RunSpec, folder: Path, config: DrillConfig, tracing: Tracing = NO_TRACING,
+                 cwd: Path | None = None) -> None:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
+        self.cwd = cwd  # where the agent and the judge run (their relative paths); None: here
         self.groups: list[_Group] = []
         self.tracing = tracing
         self.trace_env: dict[str, str] = {}  # TRACEPARENT and BAGGAGE for the agent and the proxy
@@ -173,11 +189,16 @@ class Run:
         agent = await self._start("agent", shlex.split(self.config.agent), env)
         result.exit_code = await agent.wait(self.config.timeout)
         await agent.end()
-        if proxy is not None:
-            if proxy.proc.returncode is not None:
-                raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
-                                f"see {self.folder / 'proxy.stderr'}")
-            await proxy.end()
+        if proxy is not None and proxy.proc.returncode is not None:
+            raise _RunError(f"the proxy exited with status {proxy.proc.returncode} during the run; "
+                            f"see {self.folder / 'proxy.stderr'}")
+        try:  # the judge may still ask the proxy (its CHAOSPROXY_URL, the control API): stop it after
+            await self._judge(result, env)
+        finally:
+            if proxy is not None:
+                await proxy.end()
+
+    async def _judge(self, result: RunResult, env: dict[str, str]) -> None:
         if result.exit_code is None:
             result.status = "timeout"
             return
@@ -193,13 +214,15 @@ class Run:
         result.status = "passed" if result.judge_exit == 0 else "failed"
 
     def _chaosproxy(self, command: str) -> list[str]:
+        # The copied scenario.yaml names files relative to the folder it was copied from.
+        origin = ["--scenario-dir", self.spec.scenario_dir] if self.spec.scenario_dir else []
         return [sys.executable, "-m", "chaosproxy", command, "--scenario", str(self.folder / "scenario.yaml"),
-                "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
+                *origin, "--seed", str(self.spec.seed), "--log", str(self.folder / "log.jsonl")]
 
     async def _start(self, role: str, argv: list[str], env: dict[str, str]) -> _Group:
         out, err = self.folder / f"{role}.stdout", self.folder / f"{role}.stderr"
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            group = await _Group.start(argv, env=env, stdout=stdout, stderr=stderr)
+            group = await _Group.start(argv, env=env, stdout=stdout, stderr=stderr, cwd=self.cwd)
         self.groups.append(group)
         return group
 
@@ -209,15 +232,15 @@ class Run:
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         with open(stderr_path, "wb") as err:
-            proxy = await _Group.start(argv, env={**_environment(), **self.trace_env}, stdout=subprocess.DEVNULL,
-                                       stderr=err)
+            proxy = await _Group.start(argv, env={**_environment(), **PROXY_ENVIRONMENT, **self.trace_env},
+                                       stdout=subprocess.DEVNULL, stderr=err)
         self.groups.append(proxy)
         deadline = time.monotonic() + PROXY_START_S
         while (found := _LISTENING.search(stderr_path.read_bytes())) is None:
             if proxy.proc.returncode is not None or time.monotonic() > deadline:
                 tail = stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
                 raise _RunError("the proxy did not start: " + (" | ".join(tail) or "no output"))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         path = target.raw_path if target.raw_path != "/" else ""
         query = f"?{target.raw_query_string}" if target.raw_query_string else ""
         return proxy, f"http://127.0.0.1:{int(found.group(1))}{path}{query}"
@@ -238,6 +261,7 @@ class Run:
         """What a replay needs, and (once known) how the run went."""
         spec, config = self.spec, self.config
         data = {"run": spec.name, "label": spec.label, "kind": spec.kind, "seed": spec.seed,
+                "scenario_dir": spec.scenario_dir,
                 "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
                 "upstream": config.upstream, "stdio": config.stdio,
                 "result": result.record() if result is not None else None}
@@ -273,6 +297,12 @@ class Progress:
             self.stream.flush()
 
 
+def append_result(results_path: Path, result: RunResult) -> None:
+    """One line of results.jsonl, written whole as the run finishes."""
+    with open(results_path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(result.record()) + "\n")
+
+
 async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
                       progress: Progress) -> list[RunResult]:
     """Carry out the runs, `jobs` at a time; each result goes to results.jsonl as it comes. In run order."""
@@ -282,8 +312,7 @@ async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
         async with slots:
             result = await run.execute()
         if results_path is not None:
-            with open(results_path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(result.record()) + "\n")
+            append_result(results_path, result)
         progress.update(result)
         return result
 

@@ -27,7 +27,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from chaosproxy.named_files import ScenarioFiles
 from chaosproxy.scenario import Rule, Scenario, ScenarioError, compose, read_text
+from chaosproxy.yaml_limits import BoundedLoader
 from chaosproxy.scenario import locate  # the scenario's own FILE:LINE logic, tags skipped
 
 
@@ -47,7 +49,7 @@ class Choice:
     options: tuple[Any, ...]
 
 
-class _SuiteLoader(yaml.SafeLoader):
+class _SuiteLoader(BoundedLoader):
     """SafeLoader that also knows `!range` and `!choice`; problems are collected with their line."""
 
     problems: list[str]
@@ -127,7 +129,7 @@ class Suite:
         scenario = {"description": f"sampled from {self.path} with seed {seed}: "
                                    + ", ".join(rule["name"] for rule in rules),
                     "rules": rules}
-        Scenario.model_validate(scenario)  # load checked each bound and option, not every combination of them
+        Scenario.model_validate(scenario, context={"files": ScenarioFiles.beside(self.path)})  # load checked each bound and option, not every combination of them
         return scenario
 
 
@@ -150,8 +152,9 @@ def load_suite(path: str | Path) -> Suite:
         raise ScenarioError([f"{path}:1: pick must be from 1 to {len(rules)}, the number of rules"])
     assert isinstance(root, yaml.MappingNode)
     rules_node = next(value for key, value in root.value if key.value == "rules")
+    files = ScenarioFiles.beside(path)  # a relative mapping: is the suite's folder's, not the working directory's
     problems = [problem for i, (rule, node) in enumerate(zip(rules, rules_node.value, strict=True))
-                for problem in _check_template(rule, node, i, str(path))]
+                for problem in _check_template(rule, node, i, str(path), files)]
     names = [rule["name"] for rule in rules if isinstance(rule, dict) and isinstance(rule.get("name"), str)]
     problems += [f"{path}:1: two rules are named {name!r}" for name in sorted({n for n in names
                                                                               if names.count(n) > 1})]
@@ -160,7 +163,7 @@ def load_suite(path: str | Path) -> Suite:
     return Suite(path, data.get("description"), pick, rules)
 
 
-def _check_template(template: Any, node: yaml.Node, index: int, source: str) -> list[str]:
+def _check_template(template: Any, node: yaml.Node, index: int, source: str, files: ScenarioFiles) -> list[str]:
     """Problems as SUITE:LINE: rules[i] (name): path: reason, the line that of the value at fault."""
     if not isinstance(template, dict) or not isinstance(template.get("name"), str):
         where = f"{source}:{node.start_mark.line + 1}: rules[{index}]"
@@ -168,7 +171,7 @@ def _check_template(template: Any, node: yaml.Node, index: int, source: str) -> 
     problems: dict[str, None] = {}  # ordered and deduplicated: many corners share one mistake
     for corner in _corners(template):
         try:
-            Rule.model_validate(corner)
+            Rule.model_validate(corner, context={"files": files})
         except ValidationError as exc:
             for error in exc.errors():
                 line, where = locate(node, error["loc"])

@@ -16,7 +16,8 @@ from pydantic import AfterValidator, Field
 
 from chaosproxy import content
 from chaosproxy.actions import Garble, Rewrite, Skip
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level
+from chaosproxy.faults._schema import Guard, guard
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Message, Phase
 
@@ -46,15 +47,21 @@ class ContentFault(Fault):
         "JSONPath queries (RFC 9535) selecting the JSON values to perturb, e.g. $.items[*].name; "
         "unset: every value. Plain text has no paths: with paths, only JSON is perturbed"))
     probability: float = Field(1.0, ge=0, le=1, description="chance that each targeted value is perturbed")
+    respect_schema: bool = Field(True, description=(
+        "keep results valid for the tool's outputSchema: free text is perturbed, enum values, formats, "
+        "patterns and keys are not, and what the schema rejects is put back; false: perturb everything, "
+        "so clients that validate results may reject them"))
 
     component = Component.OBSERVATION
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
     # True for faults that treat JSON text as text when no paths are given (a cut mid-document).
     text_first: ClassVar[bool] = False
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
-        """`value` (plain text, or a parsed JSON value) perturbed; the same object when unchanged."""
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
+        """`value` (plain text, or a parsed JSON value) perturbed outside `guard.keep`; the same
+        object when unchanged."""
         raise NotImplementedError
 
     def act(self, ctx: FaultContext) -> Rewrite | Garble | Skip | None:
@@ -63,7 +70,8 @@ class ContentFault(Fault):
             result = call_result(msg)
             if result is None:
                 return None
-            changed = self.perturb_result(result, ctx.rng)
+            schema = ctx.session.output_schemas.get(msg.tool or "") if self.respect_schema else None
+            changed = self.perturb_result(result, ctx.rng, schema)
             return with_result(msg, changed) if isinstance(changed, dict) else changed
         text = body_text(msg)
         if not isinstance(text, str):
@@ -71,9 +79,11 @@ class ContentFault(Fault):
         changed_text = self.perturb_text(text, ctx.rng)
         return Garble(changed_text.encode(_charset(msg), "replace")) if changed_text != text else None
 
-    def perturb_result(self, result: dict[str, Any], rng: random.Random) -> dict[str, Any] | Skip | None:
+    def perturb_result(self, result: dict[str, Any], rng: random.Random,
+                       schema: dict[str, Any] | None = None) -> dict[str, Any] | Skip | None:
         """The tools/call result with its targeted parts perturbed; None when nothing changed, Skip
-        when there was nothing it could change."""
+        when there was nothing it could change. `structuredContent` stays valid for `schema` (the
+        tool's outputSchema), and the text that restates it follows it."""
         items = result.get("content") if isinstance(result.get("content"), list) else []
         structured = result.get("structuredContent")
         wanted = self._wanted(items)
@@ -85,10 +95,12 @@ class ContentFault(Fault):
             return Skip(f"no text or JSON to perturb: the result holds {', '.join(kinds) or 'nothing'}")
         changed: dict[str, Any] = {}
         wrapped = _wrapped(structured) if targeted else None
-        if wrapped is not None:
-            new_structured = {**structured, "result": self.perturb_text(wrapped, rng)}
+        if not targeted:
+            new_structured = structured
         else:
-            new_structured = self.perturb(structured, rng) if targeted else structured
+            shield = guard(structured, schema, respect=self.respect_schema)
+            new_structured = shield.repaired(structured, self.perturb(structured, rng, shield) if wrapped is None
+                                             else {**structured, "result": self.perturb_text(wrapped, rng)})
         if not _same(new_structured, structured):
             changed["structuredContent"] = new_structured
         new_items = list(items)
@@ -107,15 +119,15 @@ class ContentFault(Fault):
         """A text item or body perturbed: as JSON when it holds JSON, else as text."""
         parsed = None if self._as_text(text) else content.as_json(text)
         if parsed is None:
-            return self.perturb(text, rng)
-        new = self.perturb(parsed, rng)
+            return self.perturb(text, rng, Guard())
+        new = self.perturb(parsed, rng, guard(parsed, None, respect=self.respect_schema))
         return text if _same(new, parsed) else content.render_like(new, text)
 
     def _mirrored(self, text: str, structured: Any, new_structured: Any) -> str | None:
         """The new text of an item that restates structuredContent (it follows it), else None."""
         if text == _wrapped(structured):
             return new_structured["result"]
-        if not self._as_text(text) and content.as_json(text) == structured:
+        if (self.respect_schema or not self._as_text(text)) and content.as_json(text) == structured:
             return text if _same(new_structured, structured) else content.render_like(new_structured, text)
         return None
 

@@ -7,13 +7,14 @@ requests (the tool calls the model made), `llm/completion` (the model's reply as
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from chaosproxy.actions import Rewrite
+from chaosproxy.actions import Rewrite, Skip
 from chaosproxy.faults._rewording import PROTECTED
-from chaosproxy.faults.base import Fault, Level
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level
 from chaosproxy.llm.view import PROMPT
 from chaosproxy.message import Message, Phase
 
@@ -31,6 +32,43 @@ class LlmFault(Fault):
     target: ClassVar[str]
 
 
+class PromptFault(LlmFault):
+    """Base of the faults that reword the user's newest prompt: they say how, in `reword`."""
+
+    component = Component.OBSERVATION
+    acts_on = Phase.REQUEST
+    target = "prompt"
+
+    def reword(self, text: str, rng: random.Random) -> str:
+        raise NotImplementedError
+
+    def act(self, ctx: FaultContext) -> Rewrite | None:
+        text = prompt_text(ctx.message)
+        if text is None:
+            return None
+        new = self.reword(text, ctx.rng)
+        return with_prompt(ctx.message, new) if new != text else None
+
+
+class ToolCallFault(LlmFault):
+    """Base of the faults that change a tool call the model made: they return its new params in `change`."""
+
+    component = Component.ACTION
+    target = "call"
+
+    def change(self, params: dict[str, Any], arguments: dict[str, Any],
+               ctx: FaultContext) -> dict[str, Any] | Skip | None:
+        raise NotImplementedError
+
+    def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
+        arguments = call_arguments(ctx.message)
+        rpc = ctx.message.rpc
+        if arguments is None or rpc is None:
+            return None
+        params = self.change(rpc["params"], arguments, ctx)
+        return Rewrite({**rpc, "params": params}) if isinstance(params, dict) else params
+
+
 def prompt_text(msg: Message) -> str | None:
     """The text of the user's newest turn, when `msg` is the relay's prompt message."""
     rpc = msg.rpc
@@ -41,6 +79,7 @@ def prompt_text(msg: Message) -> str | None:
 
 
 def with_prompt(msg: Message, text: str) -> Rewrite:
+    """The prompt message with this text instead."""
     rpc = msg.rpc
     assert rpc is not None
     return Rewrite({**rpc, "params": {**rpc["params"], "text": text}})

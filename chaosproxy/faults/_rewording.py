@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from chaosproxy.yaml_limits import BoundedLoader, YamlProblems, compose
+
 PROTECTED = [
     r"`[^`]*`", r'"[^"]*"', r"<[^>]*>", r"https?://\S+",
     r"\b\w*\d\w*\b",                 # numbers, and names with digits in them
@@ -116,29 +118,28 @@ def builtin() -> Rewording:
     return Rewording(yaml.safe_load(text))
 
 
-def load_phrases(path: Path) -> PhraseTable:
-    """A user's mapping file (phrase -> paraphrase or list of them), or ValueError saying what is wrong."""
+def load_phrases(text: str, path: Path) -> PhraseTable:
+    """A user's mapping file (phrase -> paraphrase or list of them), or ValueError saying what is wrong.
+
+    Errors give lines, never the file's words: the file may not be the sender's to read.
+    """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"mapping file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"mapping file {path} cannot be read: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        reason = getattr(exc, "problem", None) or exc
-        raise ValueError(f"mapping file {path} is not valid YAML{where}: {reason}") from None
+        root, data = compose(BoundedLoader(text), str(path), quote=False)
+    except YamlProblems as exc:
+        line, _, reason = exc.problems[0].removeprefix(f"{path}:").partition(": ")
+        raise ValueError(f"mapping file {path} line {line}: {reason}") from None
     if not isinstance(data, dict) or not data:
         raise ValueError(f"mapping file {path} must be a non-empty mapping of phrase -> paraphrases")
+    assert isinstance(root, yaml.MappingNode)
     entries: dict[str, list[str]] = {}
-    for phrase, alternatives in data.items():
+    for (key, _), (phrase, alternatives) in zip(root.value, data.items(), strict=False):
+        where = f"mapping file {path} line {key.start_mark.line + 1}"
         options = [alternatives] if isinstance(alternatives, str) else alternatives
         if not isinstance(phrase, str) or not phrase.strip():
-            raise ValueError(f"mapping file {path}: {phrase!r} is not a phrase (a non-empty string)")
+            raise ValueError(f"{where}: a phrase must be a non-empty string")
         if not isinstance(options, list) or not options or not all(isinstance(o, str) and o.strip()
                                                                    for o in options):
-            raise ValueError(f"mapping file {path}: {phrase!r} must map to a paraphrase (a non-empty string) "
+            raise ValueError(f"{where}: a phrase must map to a paraphrase (a non-empty string) "
                              "or a non-empty list of them")
         entries[phrase] = options
     return PhraseTable(entries)

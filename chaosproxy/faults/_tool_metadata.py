@@ -14,7 +14,7 @@ from pydantic import Field
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import name_of, picked, stable_rng
-from chaosproxy.faults.base import Fault, FaultContext, Level
+from chaosproxy.faults.base import Fault, FaultContext, LISTINGS, Level
 from chaosproxy.message import Phase
 
 
@@ -28,6 +28,7 @@ class ToolListFault(Fault):
 
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         tools = mcp.listed_tools(ctx.message)

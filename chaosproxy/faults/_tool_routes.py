@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.faults._schema import sample
 from chaosproxy.faults.base import FaultContext
 from chaosproxy.mcp import tool_error_result
 from chaosproxy.session import ToolRoute
@@ -54,12 +55,12 @@ def stable_rng(ctx: FaultContext, *key: object) -> random.Random:
 
 def forward(ctx: FaultContext, fault: str, shown: str, real: str) -> None:
     """Calls to `shown` go upstream as calls to `real`."""
-    ctx.session.routes[shown] = ToolRoute(ctx.rule, fault, real=real)
+    ctx.session.routes.add(shown, ToolRoute(ctx.rule, fault, real=real))
 
 
 def answer(ctx: FaultContext, fault: str, shown: str, result: dict[str, Any]) -> None:
     """Calls to `shown` are answered with this tools/call result, without calling upstream."""
-    ctx.session.routes[shown] = ToolRoute(ctx.rule, fault, reply={"result": result})
+    ctx.session.routes.add(shown, ToolRoute(ctx.rule, fault, reply={"result": result}))
 
 
 def crash_result(name: str) -> dict[str, Any]:
@@ -82,61 +83,3 @@ def stub_result(tool: dict[str, Any], *, degraded: bool = False) -> dict[str, An
     shown = data["result"] if data.keys() == {"result"} else data
     text = shown if isinstance(shown, str) else orjson.dumps(shown).decode()
     return {"content": [{"type": "text", "text": text}], "structuredContent": data}
-
-
-def sample(schema: Any, root: dict[str, Any], *, empty: bool, depth: int = 0) -> Any:
-    """A small instance of a JSON Schema: plausible values, or (`empty`) empty ones.
-
-    Covers what tool servers generate (types, properties, required, items, enum, const, default,
-    anyOf/oneOf/allOf, local $ref, simple bounds); anything else gets null.
-    """
-    if not isinstance(schema, dict) or depth > 16:
-        return None
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        return sample(target, root, empty=empty, depth=depth + 1)
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(enum := schema.get("enum"), list) and enum:
-        return enum[0]
-    if not empty and "default" in schema:
-        return schema["default"]
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            nullable = {"type": "null"} in options
-            return None if empty and nullable else sample(
-                next(o for o in options if o != {"type": "null"}), root, empty=empty, depth=depth + 1)
-    kind = schema.get("type", "object" if "properties" in schema else None)
-    if isinstance(kind, list):
-        kind = "null" if empty and "null" in kind else next((k for k in kind if k != "null"), "null")
-    match kind:
-        case "object":
-            properties = schema.get("properties") or {}
-            keys = (schema.get("required") or []) if empty else list(properties)
-            return {key: sample(properties.get(key), root, empty=empty, depth=depth + 1) for key in keys}
-        case "array":
-            items = schema.get("items")
-            least = schema.get("minItems")
-            size = max(least if isinstance(least, int) else 0, 0 if empty else 1)
-            return [sample(items, root, empty=empty, depth=depth + 1) for _ in range(size)]
-        case "string":
-            least = schema.get("minLength")
-            return ("" if empty else "ok").ljust(least if isinstance(least, int) else 0, "x")
-        case "integer" | "number":
-            value: float = 0 if empty else 1
-            if (low := _number(schema.get("minimum"))) is not None:
-                value = max(value, low)
-            if (high := _number(schema.get("maximum"))) is not None:
-                value = min(value, high)
-            return int(value) if kind == "integer" else float(value)
-        case "boolean":
-            return not empty
-    return None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -67,6 +67,9 @@ class Fault(BaseModel):
     level: ClassVar[Level]
     acts_on: ClassVar[Phase] = Phase.REQUEST
     routes_calls: ClassVar[bool] = False  # True when the fault leaves tool routes in the session
+    # The JSON-RPC methods whose messages the fault can change (None: any). Other JSON-RPC messages
+    # never match its rule, so they do not use up its gates (`after: 2` is not spent on initialize).
+    methods: ClassVar[frozenset[str] | None] = None
 
     @property
     def phase(self) -> Phase:
@@ -107,3 +110,7 @@ def register[F: type[Fault]](cls: F) -> F:
         raise ValueError(f"fault {cls.__name__}: missing or duplicate type {name!r}")
     REGISTRY[name] = cls
     return cls
+
+
+RESULTS = frozenset({"tools/call"})  # faults on a tool call or its result
+LISTINGS = frozenset({"tools/list"})  # faults on the tool list

@@ -15,7 +15,7 @@ from chaosproxy.faults._tool_routes import (
     picked,
     stub_result,
 )
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 
 
@@ -33,6 +33,7 @@ class DistractorTool(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     @model_validator(mode="after")

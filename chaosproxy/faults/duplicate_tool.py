@@ -8,7 +8,7 @@ from pydantic import Field
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, picked, stable_rng, stub_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.faults.tool_flood import made_up_tool
 from chaosproxy.message import Phase
 
@@ -32,6 +32,7 @@ class DuplicateTool(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

@@ -4,8 +4,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.faults._schema import passed_off_as_success
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
 
@@ -21,20 +22,30 @@ class ErrorInSuccess(Fault):
     type: Literal["error_in_success"] = "error_in_success"
     message: str = Field(DEFAULT_MESSAGE, min_length=1, description="the failure text; {tool}: the tool's name")
     structured: Literal["keep", "drop", "error"] = Field("keep", description=(
-        "structuredContent: keep the real one (clients validating outputSchema accept the result), drop it, "
-        "or replace it with {error: message} as some servers do (such clients then reject the result)"))
+        "structuredContent: keep the real one (on a tool error, which has none, one valid for the tool's "
+        "outputSchema is made up, so clients validating it accept the result), drop it, or replace it with "
+        "{error: message} as some servers do (such clients then reject the result)"))
+    respect_schema: bool = Field(True, description=(
+        "keep: make up structuredContent valid for the tool's outputSchema when the result has none; "
+        "false: leave it without, and validating clients reject the result"))
 
     component = Component.REWARD
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
 
-    def act(self, ctx: FaultContext) -> Rewrite | None:
+    def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         result = call_result(ctx.message)
         if result is None:
             return None
         text = self.message.replace("{tool}", ctx.message.tool or "")
         changed: dict[str, Any] = {**result, "content": [{"type": "text", "text": text}], "isError": False}
-        if self.structured == "drop":
+        if self.structured == "keep" and self.respect_schema:
+            lie = passed_off_as_success(ctx, changed)
+            if lie is None:
+                return Skip("cannot make structuredContent valid for the tool's outputSchema")
+            changed = lie
+        elif self.structured == "drop":
             changed.pop("structuredContent", None)
         elif self.structured == "error":
             changed["structuredContent"] = {"error": text}

@@ -4,8 +4,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.faults._schema import passed_off_as_success
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
 
@@ -17,16 +18,24 @@ class FlipIsError(Fault):
     type: Literal["flip_is_error"] = "flip_is_error"
     direction: Literal["to_error", "to_success", "both"] = Field("both", description=(
         "mark good results as errors, errors as good results, or whichever each result is not"))
+    respect_schema: bool = Field(True, description=(
+        "an error passed off as a success gets structuredContent valid for the tool's outputSchema (its text "
+        "in a string result), so clients accept it; false: none, and validating clients reject the result"))
 
     component = Component.REWARD
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = RESULTS
 
-    def act(self, ctx: FaultContext) -> Rewrite | None:
+    def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         result = call_result(ctx.message)
         if result is None:
             return None
         failed = result.get("isError") is True
         if self.direction == ("to_error" if failed else "to_success"):
             return None  # already what this direction makes results
-        return with_result(ctx.message, {**result, "isError": not failed})
+        if not failed:
+            return with_result(ctx.message, {**result, "isError": True})
+        lie = passed_off_as_success(ctx, result) if self.respect_schema else {**result, "isError": False}
+        return with_result(ctx.message, lie) if lie is not None else Skip(
+            "cannot make structuredContent valid for the tool's outputSchema")

@@ -1,17 +1,16 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite
-from chaosproxy.faults._llm import LlmFault, call_arguments
-from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.faults._llm import ToolCallFault
+from chaosproxy.faults.base import FaultContext, register
 
 
 @register
-class HallucinatedToolCall(LlmFault):
+class HallucinatedToolCall(ToolCallFault):
     """Make the model call a near-miss of a real tool's name (a dropped letter, another case, a suffix)."""
 
     type: Literal["hallucinated_tool_call"] = "hallucinated_tool_call"
@@ -19,17 +18,9 @@ class HallucinatedToolCall(LlmFault):
         "typo: one letter dropped (get_weather -> get_wether); case: snake_case <-> camelCase; "
         "suffix: _tool appended"))
 
-    component = Component.ACTION
-    target = "call"
-
-    def act(self, ctx: FaultContext) -> Rewrite | None:
-        if call_arguments(ctx.message) is None:
-            return None
-        rpc = ctx.message.rpc
-        assert rpc is not None
-        name = rpc["params"]["name"]
-        near = self._near_miss(name, ctx)
-        return Rewrite({**rpc, "params": {**rpc["params"], "name": near}}) if near != name else None
+    def change(self, params: dict[str, Any], arguments: dict[str, Any], ctx: FaultContext) -> dict[str, Any] | None:
+        near = self._near_miss(params["name"], ctx)
+        return {**params, "name": near} if near != params["name"] else None
 
     def _near_miss(self, name: str, ctx: FaultContext) -> str:
         match self.style:

@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import content
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 # Each template is a few wordings; one is drawn per injection. {canary} marks what a drill looks
@@ -48,7 +49,7 @@ class InjectText(ContentFault):
             raise ValueError("give text or template, not both")
         return self
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         wording = self.text if self.text is not None else rng.choice(TEMPLATES[self.template])
         return content.inject(value, wording.replace("{canary}", self.canary), self.position, rng,
-                              paths=self.paths, probability=self.probability)
+                              paths=self.paths, probability=self.probability, keep=guard.keep)

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import picked
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 from chaosproxy.session import ToolRoute
 
@@ -33,6 +33,7 @@ class InputSchemaDrift(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     @model_validator(mode="after")
@@ -70,9 +71,9 @@ class InputSchemaDrift(Fault):
                 schema["properties"] = {new if key == name else key: value
                                         for key, value in schema["properties"].items()}
                 schema["required"] = [new if key == name else key for key in required]
-                ctx.session.routes[tool["name"]] = ToolRoute(
+                ctx.session.routes.add(tool["name"], ToolRoute(
                     ctx.rule, self.type, real=tool["name"], arguments={new: name},
-                    refused=frozenset({name}) if self.reject_old else frozenset())
+                    refused=frozenset({name}) if self.reject_old else frozenset()))
             case "retype":
                 old_type = schema["properties"][name].get("type", "string")
                 schema["properties"][name] = {**schema["properties"][name],

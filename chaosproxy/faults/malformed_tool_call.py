@@ -5,14 +5,14 @@ from typing import Any, Literal
 import orjson
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite, Skip
-from chaosproxy.faults._llm import LlmFault, call_arguments, is_stream
-from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.actions import Skip
+from chaosproxy.faults._llm import ToolCallFault, is_stream
+from chaosproxy.faults.base import FaultContext, register
 from chaosproxy.llm import ANTHROPIC
 
 
 @register
-class MalformedToolCall(LlmFault):
+class MalformedToolCall(ToolCallFault):
     """Break the arguments of a tool call the model made: truncated or invalid JSON, or wrong value types."""
 
     type: Literal["malformed_tool_call"] = "malformed_tool_call"
@@ -20,16 +20,9 @@ class MalformedToolCall(LlmFault):
         "truncated: the JSON cut off half-way; invalid_json: Python-style quotes and a trailing comma; "
         "wrong_types: valid JSON with each value of another type"))
 
-    component = Component.ACTION
-    target = "call"
-
-    def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
+    def change(self, params: dict[str, Any], arguments: dict[str, Any],
+               ctx: FaultContext) -> dict[str, Any] | Skip:
         msg = ctx.message
-        arguments = call_arguments(msg)
-        if arguments is None:
-            return None
-        rpc = msg.rpc
-        assert rpc is not None
         if self.kind == "wrong_types":
             if not arguments:
                 return Skip("the tool call has no arguments to give wrong types")
@@ -39,7 +32,7 @@ class MalformedToolCall(LlmFault):
         else:
             text = orjson.dumps(arguments).decode()
             broken = text[: max(1, len(text) // 2)] if self.kind == "truncated" else _python_style(arguments)
-        return Rewrite({**rpc, "params": {**rpc["params"], "arguments": broken}})
+        return {**params, "arguments": broken}
 
 
 def _retyped(value: Any) -> Any:

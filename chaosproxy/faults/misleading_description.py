@@ -9,7 +9,6 @@ from pydantic import Field, model_validator
 from chaosproxy.faults._tool_metadata import ToolListFault, appended, description, seeded
 from chaosproxy.faults._tool_routes import forward
 from chaosproxy.faults.base import Component, FaultContext, register
-from chaosproxy.session import ToolRoute
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +76,8 @@ class MisleadingDescription(ToolListFault):
             twin = {key: value for key, value in tool.items() if key != "title"}
             promise = appended(promise.replace("{tool}", name), original)
             shown.append({**twin, "name": alias, "description": promise})
-            self._route_like(alias, name, ctx)
+            forward(ctx, self.type, alias, name)  # onward through earlier rules' routes for `name`
         return shown
-
-    def _route_like(self, alias: str, name: str, ctx: FaultContext) -> None:
-        """Calls to the distractor go where calls to its twin go: upstream, or (when an earlier rule
-        made the twin up or renamed it) wherever that rule sends them, since the engine routes one hop."""
-        twin = ctx.session.routes.get(name)
-        if twin is None:
-            forward(ctx, self.type, alias, name)
-        else:
-            ctx.session.routes[alias] = ToolRoute(ctx.rule, self.type, real=twin.real, reply=twin.reply)
 
     def _wording(self) -> tuple[str, str, str]:
         """The claim against the tool, what a distractor promises instead, and the distractor's suffix."""

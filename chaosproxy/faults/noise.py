@@ -7,6 +7,7 @@ from pydantic import Field
 
 from chaosproxy import content
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 
@@ -21,7 +22,7 @@ class Noise(ContentFault):
     rate: float | None = Field(None, ge=0, le=1, description=(
         "chance that each character is hit; unset: 1 for mojibake (a whole text is misread), else 0.05"))
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         rate = self.rate if self.rate is not None else 1.0 if self.kind == "mojibake" else 0.05
         return content.edit_strings(value, lambda text: content.noise(text, self.kind, rate, rng), rng,
-                                    paths=self.paths, probability=self.probability)
+                                    paths=self.paths, probability=self.probability, keep=guard.keep)

@@ -7,7 +7,9 @@ from typing import Any, Literal, Self
 from pydantic import Field, model_validator
 
 from chaosproxy import content
+from chaosproxy.actions import Skip
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 
@@ -31,6 +33,20 @@ class Oversize(ContentFault):
             raise ValueError("give exactly one of bytes or factor")
         return self
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
-        target = self.bytes if self.bytes is not None else math.ceil(content.size(value) * (self.factor or 1))
-        return content.oversize(value, target, rng, paths=self.paths, probability=self.probability)
+    def perturb_result(self, result: dict[str, Any], rng: random.Random,
+                       schema: dict[str, Any] | None = None) -> dict[str, Any] | Skip | None:
+        """As every content fault, and when the schema left nothing in structuredContent to grow
+        (no free text), the bulk arrives as a text item of its own, which no client validates."""
+        changed = super().perturb_result(result, rng, schema)
+        structured = result.get("structuredContent")
+        if changed is not None or structured is None or self.where == "structured":
+            return changed
+        items = result.get("content") if isinstance(result.get("content"), list) else []
+        return {**result, "content": [*items, {"type": "text", "text": content.filler(self._target(structured), rng)}]}
+
+    def _target(self, value: Any) -> int:
+        return self.bytes if self.bytes is not None else math.ceil(content.size(value) * (self.factor or 1))
+
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
+        return content.oversize(value, self._target(value), rng, paths=self.paths, probability=self.probability,
+                                keep=guard.keep, strings_only=guard.strict)

@@ -9,6 +9,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from chaosproxy.faults._rewording import PhraseTable, builtin, load_phrases
 from chaosproxy.faults._tool_metadata import ToolListFault, seeded
 from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.named_files import ScenarioFiles
 
 type Reword = Callable[[str, str], str]  # (where in the tool, text) -> new text
 
@@ -31,20 +32,19 @@ class ParaphraseDescription(ToolListFault):
     def _readable(cls, path: Path | None, info: ValidationInfo) -> Path | None:
         """Read the file now, so that a bad one stops the scenario from loading.
 
-        A relative path is taken from the validation context's `base_dir` (the scenario's folder) if
-        there is one, else from the working directory.
+        Where it may lie and how a relative name is found are the scenario's (see named_files).
         """
         if path is None:
             return None
-        base = (info.context or {}).get("base_dir")
-        path = (Path(base) / path if base is not None else path).expanduser().resolve()
-        load_phrases(path)
+        files = _files(info)
+        path = files.resolve(path, "mapping")
+        files.load(path, load_phrases, "mapping")
         return path
 
     @model_validator(mode="after")
-    def _load(self) -> Self:
+    def _load(self, info: ValidationInfo) -> Self:
         if self.mapping is not None:
-            self._phrases = load_phrases(self.mapping)
+            self._phrases = _files(info).load(self.mapping, load_phrases, "mapping")
         return self
 
     def rewrite(self, tool: dict[str, Any], names: set[str], ctx: FaultContext) -> list[dict[str, Any]]:
@@ -62,6 +62,11 @@ class ParaphraseDescription(ToolListFault):
         if self.target != "tool" and isinstance(schema, dict):
             changed["inputSchema"] = _reworded(schema, reword, "inputSchema")
         return [changed] if changed != tool else [tool]
+
+
+def _files(info: ValidationInfo) -> ScenarioFiles:
+    files = (info.context or {}).get("files")
+    return files if isinstance(files, ScenarioFiles) else ScenarioFiles.trusted()
 
 
 def _parameters(schema: Any) -> list[str]:

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
 import importlib.resources
+import random
 from functools import cache
 from typing import Literal
 
 import yaml
 
-from chaosproxy.actions import Rewrite
-from chaosproxy.faults._llm import LlmFault, prompt_text, with_prompt
+from chaosproxy.faults._llm import PromptFault
 from chaosproxy.faults._rewording import Rewording
-from chaosproxy.faults.base import Component, FaultContext, register
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import register
 
 
 @cache
@@ -21,18 +20,10 @@ def query_rewording() -> Rewording:
 
 
 @register
-class PromptParaphrase(LlmFault):
+class PromptParaphrase(PromptFault):
     """Reword the user's newest prompt (model API), meaning kept: synonyms and templates, no model."""
 
     type: Literal["prompt_paraphrase"] = "prompt_paraphrase"
 
-    component = Component.OBSERVATION
-    acts_on = Phase.REQUEST
-    target = "prompt"
-
-    def act(self, ctx: FaultContext) -> Rewrite | None:
-        text = prompt_text(ctx.message)
-        if text is None:
-            return None
-        reworded = query_rewording().paraphrase(text, ctx.rng)
-        return with_prompt(ctx.message, reworded) if reworded != text else None
+    def reword(self, text: str, rng: random.Random) -> str:
+        return query_rewording().paraphrase(text, rng)

@@ -8,7 +8,7 @@ from pydantic import Field
 from chaosproxy import mcp
 from chaosproxy.actions import Notify, Rewrite
 from chaosproxy.faults._tool_routes import name_of
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, RESULTS, register
 from chaosproxy.message import Phase
 
 
@@ -26,6 +26,7 @@ class RemoveTool(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS | RESULTS
     # It leaves no routes, but the engine counts a session's tool calls only when it sees them.
     routes_calls = True
 

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import forward, is_plain_name, name_of, picked
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")  # snake, kebab, camel and Pascal words
@@ -30,6 +30,7 @@ class RenameTool(Fault):
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     @model_validator(mode="after")

@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from chaosproxy import content
 from chaosproxy.actions import Rewrite
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Phase
 
@@ -25,6 +26,7 @@ class SchemaDrift(Fault):
     component = Component.TRANSITION
     level = Level.CONTENT
     acts_on = Phase.RESPONSE
+    methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         result = call_result(ctx.message)
@@ -39,14 +41,17 @@ class SchemaDrift(Fault):
             keys = ctx.rng.sample(found, min(self.count, len(found)))
         if not keys:
             return None
-        # retype: each key's new type, drawn once so every occurrence drifts the same way
-        drift = {key: ctx.rng.choice(["string", "list", "null"]) if self.mode == "retype" else "" for key in keys}
+        # retype: each key's new type, drawn once so every occurrence drifts the same way, and never
+        # the type it has (a string "retyped" to a string changes nothing)
+        values = [structured, *texts]
+        drift = {key: ctx.rng.choice(_new_types(key, values)) if self.mode == "retype" else "" for key in keys}
         changed = dict(result)
         if structured is not None:
             changed["structuredContent"] = self._apply(structured, drift)
         if texts:
             changed["content"] = [
-                {**item, "text": json.dumps(self._apply(parsed, drift))} if parsed is not None else item
+                {**item, "text": content.render_like(new, item["text"])}
+                if parsed is not None and (new := self._apply(parsed, drift)) != parsed else item
                 for item, parsed in zip(result.get("content", []), texts, strict=True)]
         return with_result(ctx.message, changed)
 
@@ -67,14 +72,10 @@ class SchemaDrift(Fault):
         return out
 
 
-def _as_json(item: dict[str, Any]) -> Any:
-    if item.get("type") != "text":
-        return None
-    try:
-        parsed = json.loads(item.get("text", ""))
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict | list) else None
+def _as_json(item: Any) -> Any:
+    """The JSON object or array a text item holds, else None."""
+    text = item.get("text") if isinstance(item, dict) and item.get("type") == "text" else None
+    return content.as_json(text) if isinstance(text, str) else None
 
 
 def _all_keys(value: Any) -> set[str]:
@@ -83,6 +84,27 @@ def _all_keys(value: Any) -> set[str]:
     if isinstance(value, dict):
         return set(value) | set().union(*(_all_keys(item) for item in value.values()))
     return set()
+
+
+def _new_types(key: str, values: list[Any]) -> list[str]:
+    """The types `key` may drift to: any but the one its first value has."""
+    first = next((found for value in values if (found := _first_value(value, key)) is not _ABSENT), None)
+    current = "string" if isinstance(first, str) else "list" if isinstance(first, list) else \
+        "null" if first is None else ""
+    return [kind for kind in ("string", "list", "null") if kind != current]
+
+
+_ABSENT = object()
+
+
+def _first_value(value: Any, key: str) -> Any:
+    if isinstance(value, list):
+        return next((found for item in value if (found := _first_value(item, key)) is not _ABSENT), _ABSENT)
+    if isinstance(value, dict):
+        if key in value:
+            return value[key]
+        return next((found for item in value.values() if (found := _first_value(item, key)) is not _ABSENT), _ABSENT)
+    return _ABSENT
 
 
 def _renamed(key: str) -> str:

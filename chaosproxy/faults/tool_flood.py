@@ -9,7 +9,7 @@ from pydantic import Field
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, stable_rng, stub_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
 
 # Small word tables, so made-up tools read like the ones real servers list (and no two runs of a
@@ -77,20 +77,30 @@ class ToolFlood(Fault):
     """Pad the tool list with `count` plausible made-up tools, whose calls fail or get a stub result."""
 
     type: Literal["tool_flood"] = "tool_flood"
-    count: int = Field(ge=1, le=1000, description="how many tools to add (on the first page of tools/list)")
+    count: int = Field(ge=1, le=1000, description=(
+        "how many tools to add (on the first page of tools/list; never under a name upstream lists on any "
+        "page the proxy has seen, and a later page listing a real tool by a made-up name takes the name back)"))
     route: Literal["error", "stub"] = Field("error", description="calls to added tools: tool error or stub")
 
     component = Component.ACTION
     level = Level.MCP
     acts_on = Phase.RESPONSE
+    methods = LISTINGS
     routes_calls = True
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         tools = mcp.listed_tools(ctx.message)
-        if tools is None or not mcp.is_first_page(ctx.message):
+        if tools is None:
+            return None
+        names = {name for tool in tools if (name := name_of(tool)) is not None}
+        if not mcp.is_first_page(ctx.message):
+            # A later page may list a real tool under a name made up on page one (before the proxy
+            # could know it): calls to that name go to the server again.
+            for name in names:
+                ctx.session.routes.drop(name, ctx.rule)
             return None
         rng = stable_rng(ctx)
-        taken = {name for tool in tools if (name := name_of(tool)) is not None}
+        taken = names | ctx.session.view.listed  # every name upstream ever listed, on any page
         padded = list(tools)
         for _ in range(self.count):
             tool = made_up_tool(rng, taken)

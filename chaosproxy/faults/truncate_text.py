@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import content
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 
@@ -21,7 +22,8 @@ class TruncateText(ContentFault):
                                         "{omitted} becomes the number of characters cut")
 
     # Without paths, JSON text is cut as text, mid-document, exactly as a host's length limit does;
-    # structuredContent (and JSON with paths) is cut string by string and stays valid.
+    # structuredContent (and JSON with paths) is cut string by string and stays valid, and while
+    # respect_schema holds, text restating structuredContent follows it rather than being cut.
     text_first: ClassVar[bool] = True
 
     @model_validator(mode="after")
@@ -30,7 +32,7 @@ class TruncateText(ContentFault):
             raise ValueError("give exactly one of chars or fraction")
         return self
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         def cut(text: str) -> str:
             return content.truncate(text, chars=self.chars, fraction=self.fraction, marker=self.marker)
-        return content.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability)
+        return content.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability, keep=guard.keep)

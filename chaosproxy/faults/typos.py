@@ -7,6 +7,7 @@ from pydantic import Field
 
 from chaosproxy import content
 from chaosproxy.faults._content import ContentFault
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
 
 
@@ -18,6 +19,6 @@ class Typos(ContentFault):
     rate: float = Field(0.05, ge=0, le=1, description="chance that each letter gets a typo")
     layout: content.Layout = Field("qwerty", description="keyboard whose neighbouring keys are hit")
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         return content.edit_strings(value, lambda text: content.typo(text, self.rate, self.layout, rng), rng,
-                                    paths=self.paths, probability=self.probability)
+                                    paths=self.paths, probability=self.probability, keep=guard.keep)

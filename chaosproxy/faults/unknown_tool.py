@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Rewrite
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 
 # QWERTY rows; each row sits half a key right of the one above, so a key's neighbours are the keys
 # left and right of it, the two above (same column and the next) and the two below (previous and same).
@@ -32,6 +32,7 @@ class UnknownTool(Fault):
 
     component = Component.ACTION
     level = Level.MCP
+    methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         msg = ctx.message

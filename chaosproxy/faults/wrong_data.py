@@ -8,6 +8,7 @@ from pydantic import Field
 from chaosproxy import content
 from chaosproxy.actions import Garble, Rewrite, Skip
 from chaosproxy.faults._content import ContentFault, body_text
+from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import FaultContext, register
 from chaosproxy.mcp import call_result, with_result
 from chaosproxy.message import Message
@@ -26,10 +27,11 @@ class WrongData(ContentFault):
         "replayed; empty: lists emptied, or strings where there is no list"))
     count: int = Field(1, ge=1, description="swap: how many pairs of fields to swap")
 
-    def perturb(self, value: Any, rng: random.Random) -> Any:
+    def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         if self.mode == "swap":
-            return content.swap(value, rng, count=self.count, paths=self.paths, probability=self.probability)
-        return content.emptied(value, rng, paths=self.paths, probability=self.probability)
+            return content.swap(value, rng, count=self.count, paths=self.paths, probability=self.probability,
+                                keep=guard.keep)
+        return content.emptied(value, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
 
     def observe(self, msg: Message, session: SessionState) -> None:
         """Remember every result of the tool (not only those the gates pass), for stale replays."""

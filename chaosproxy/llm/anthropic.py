@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from chaosproxy.llm import stream, view
-from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall, ToolResult
+from chaosproxy.llm.view import FormatError, Reply, Request, ToolCall, ToolResult
 
 API = "anthropic"
 TEXT = "text"
@@ -21,19 +21,13 @@ STOP = {"empty": "end_turn", "length": "max_tokens"}
 
 
 def parse_request(body: dict[str, Any]) -> Request:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise FormatError("no 'messages' list of objects")
-    model = body.get("model")
-    last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True,
-                      turn=sum(m.get("role") == "assistant" for m in messages))
+    messages, request, last_assistant = view.messages_request(body)
     _parse_tools(body, request)
     for i, message in enumerate(messages):
         content = message.get("content")
         blocks = [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
         if message.get("role") == "user":
-            if (text := _text(message)) is not None:
+            if (text := view.user_text(message, TEXT)) is not None:
                 request.prompts.append(text)
             request.results += [_result(block, newest=i > last_assistant) for block in blocks
                                 if block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str)]
@@ -46,29 +40,18 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("input_schema"), entry)
+    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("input_schema"), i)
                  if isinstance(entry, dict) and entry.get("type", "custom") == "custom" and "input_schema" in entry
-                 else None for entry in tools]
+                 else None for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = {key: value for key, value in (tool.get(view.ORIGINAL) or {}).items()
+    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+        template = {key: value for key, value in (original or {}).items()
                     if key not in ("name", "description", "input_schema")}
         return {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
                 "input_schema": tool.get("inputSchema", {"type": "object"}), **template}
 
     request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
-
-
-def _text(message: dict[str, Any]) -> Text | None:
-    """A user turn's text: its content string, or its last text block (a turn of tool results has none)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return Text(content, lambda text: message.__setitem__("content", text))
-    for block in reversed(content if isinstance(content, list) else []):
-        if isinstance(block, dict) and block.get("type") == TEXT and isinstance(block.get("text"), str):
-            return Text(block["text"], lambda text, block=block: block.__setitem__("text", text))
-    return None
 
 
 def _result(block: dict[str, Any], *, newest: bool) -> ToolResult:
@@ -81,8 +64,8 @@ def _result(block: dict[str, Any], *, newest: bool) -> ToolResult:
             block["is_error"] = result["isError"]
         return None
 
-    return ToolResult(block["tool_use_id"], view.result_to_mcp(original, is_error if isinstance(is_error, bool)
-                                                               else None, TEXT), put, newest)
+    flag = is_error if isinstance(is_error, bool) else None
+    return ToolResult(block["tool_use_id"], lambda: view.result_to_mcp(original, flag, TEXT), put, newest)
 
 
 def _is_tool_use(block: dict[str, Any]) -> bool:

@@ -12,27 +12,23 @@ from typing import Any
 
 from chaosproxy import streams
 from chaosproxy.llm import stream, view
-from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall, ToolResult
+from chaosproxy.llm.view import FormatError, Reply, Request, ToolCall
 
 API = "openai-chat"
 TEXT = "text"
 
 
 def parse_request(body: dict[str, Any]) -> Request:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise FormatError("no 'messages' list of objects")
-    model = body.get("model")
-    last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True,
-                      turn=sum(m.get("role") == "assistant" for m in messages))
+    messages, request, last_assistant = view.messages_request(body)
     _parse_tools(body, request)
     for i, message in enumerate(messages):
         match message.get("role"):
-            case "user" if (text := _text(message)) is not None:
+            case "user" if (text := view.user_text(message, TEXT)) is not None:
                 request.prompts.append(text)
-            case "tool" if isinstance(message.get("tool_call_id"), str):
-                request.results.append(_result(message, newest=i > last_assistant))
+            case "tool" if isinstance(call_id := message.get("tool_call_id"), str):
+                request.results.append(view.flagless_result(message, "content", call_id, TEXT,
+                                                            newest=i > last_assistant,
+                                                            carrier="Chat Completions tool messages"))
             case "assistant":
                 request.calls += [call for entry in message.get("tool_calls") or [] if (call := _call(entry))]
     return request
@@ -42,13 +38,13 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), entry)
+    converted = [view.function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), i)
                  if isinstance(entry, dict) and entry.get("type") == "function"
-                 and isinstance(fn := entry.get("function"), dict) else None for entry in tools]
+                 and isinstance(fn := entry.get("function"), dict) else None for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = tool.get(view.ORIGINAL) or {"type": "function", "function": {}}
+    def back(tool: dict[str, Any], template: dict[str, Any] | None) -> dict[str, Any]:
+        template = template or {"type": "function", "function": {}}
         function = {key: value for key, value in template["function"].items()
                     if key not in ("name", "description", "parameters")}
         function = {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
@@ -56,30 +52,6 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
         return {**template, "function": function}
 
     request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
-
-
-def _text(message: dict[str, Any]) -> Text | None:
-    """The user turn's text: its content string, or its last text part."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return Text(content, lambda text: message.__setitem__("content", text))
-    if isinstance(content, list):
-        for part in reversed(content):
-            if isinstance(part, dict) and part.get("type") == TEXT and isinstance(part.get("text"), str):
-                return Text(part["text"], lambda text, part=part: part.__setitem__("text", text))
-    return None
-
-
-def _result(message: dict[str, Any], *, newest: bool) -> ToolResult:
-    original = message.get("content")
-
-    def put(result: dict[str, Any]) -> str | None:
-        if result.get("isError") is True:
-            return "Chat Completions tool messages carry no error flag"
-        message["content"] = view.result_from_mcp(result, original, TEXT)
-        return None
-
-    return ToolResult(message["tool_call_id"], view.result_to_mcp(original, None, TEXT), put, newest)
 
 
 def _call(entry: Any) -> ToolCall | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaosproxy.llm import stream, view
-from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall, ToolResult
+from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall
 
 API = "openai-responses"
 TEXT = "input_text"
@@ -34,10 +34,11 @@ def parse_request(body: dict[str, Any]) -> Request:
                        for prev, item in zip([{}, *items], items, strict=False))
     for i, item in enumerate(items):
         match _kind(item):
-            case "user" if (text := _text(item)) is not None:
+            case "user" if (text := view.user_text(item, TEXT)) is not None:
                 request.prompts.append(text)
-            case "function_call_output" if isinstance(item.get("call_id"), str):
-                request.results.append(_result(item, newest=i > last))
+            case "function_call_output" if isinstance(call_id := item.get("call_id"), str):
+                request.results.append(view.flagless_result(item, "output", call_id, TEXT, newest=i > last,
+                                                            carrier="Responses function_call_output items"))
             case "function_call" if isinstance(item.get("name"), str):
                 request.calls.append(_call(item))
     return request
@@ -52,40 +53,19 @@ def _parse_tools(body: dict[str, Any], request: Request) -> None:
     tools = body.get("tools")
     if not isinstance(tools, list) or not tools:
         return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("parameters"), entry)
-                 if isinstance(entry, dict) and entry.get("type") == "function" else None for entry in tools]
+    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("parameters"), i)
+                 if isinstance(entry, dict) and entry.get("type") == "function" else None
+                 for i, entry in enumerate(tools)]
     request.tools = [tool for tool in converted if tool is not None]
 
-    def back(tool: dict[str, Any]) -> dict[str, Any]:
-        template = {key: value for key, value in (tool.get(view.ORIGINAL) or {"type": "function"}).items()
+    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+        template = {key: value for key, value in (original or {"type": "function"}).items()
                     if key not in ("name", "description", "parameters")}
         return {**template, "name": tool["name"],
                 **({"description": tool["description"]} if "description" in tool else {}),
                 "parameters": tool.get("inputSchema", {"type": "object"})}
 
     request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
-
-
-def _text(item: dict[str, Any]) -> Text | None:
-    content = item.get("content")
-    if isinstance(content, str):
-        return Text(content, lambda text: item.__setitem__("content", text))
-    for part in reversed(content if isinstance(content, list) else []):
-        if isinstance(part, dict) and part.get("type") == TEXT and isinstance(part.get("text"), str):
-            return Text(part["text"], lambda text, part=part: part.__setitem__("text", text))
-    return None
-
-
-def _result(item: dict[str, Any], *, newest: bool) -> ToolResult:
-    original = item.get("output")
-
-    def put(result: dict[str, Any]) -> str | None:
-        if result.get("isError") is True:
-            return "Responses function_call_output items carry no error flag"
-        item["output"] = view.result_from_mcp(result, original, TEXT)
-        return None
-
-    return ToolResult(item["call_id"], view.result_to_mcp(original, None, TEXT), put, newest)
 
 
 def _call(item: dict[str, Any]) -> ToolCall:

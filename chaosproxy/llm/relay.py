@@ -22,15 +22,18 @@ from typing import Any
 import orjson
 
 from chaosproxy import streams
+from chaosproxy.actions import Garble
 from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
+from chaosproxy.faults._llm import LlmFault
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
     openai_responses, view
 from chaosproxy.llm.actions import EmptyCompletion, StreamError
 from chaosproxy.llm.stream import StreamPlan
-from chaosproxy.llm.view import FormatError, Request, ToolCall
+from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
 from chaosproxy.message import Message, Phase
+from chaosproxy.scenario import Scenario
 
 FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
 MAX_SESSIONS = 1024
@@ -61,7 +64,9 @@ class Memory:
     said: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the model said
     relayed: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the agent got
     answers: _Bounded[str, dict[str, Any]] = field(default_factory=_Bounded)  # call id -> the proxy's result
-    history: _Bounded[str, Any] = field(default_factory=_Bounded)  # content key -> rewritten text or result
+    results: _Bounded[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=_Bounded)  # call id ->
+    # the tool result as the agent sent it and as the model got it
+    prompts: _Bounded[str, str] = field(default_factory=_Bounded)  # a user turn -> as the model got it
     counterparts: _Bounded[str, str] = field(default_factory=_Bounded)  # shown tool name -> the agent's tool
 
 
@@ -88,8 +93,7 @@ def _interest(engine: Engine) -> _Interest:
         prompt=any(target(r) == "prompt" for r in message),
         calls=any(r.fault.phase is Phase.REQUEST and target(r) != "prompt" for r in message),
         completion=any(target(r) == "completion" for r in message),
-        any_llm=any(r.match.api or r.match.model or r.fault.level is Level.LLM
-                    or r.fault.type.startswith("llm_") for r in rules),
+        any_llm=any(r.match.api or r.match.model or isinstance(r.fault, LlmFault) for r in rules),
     )
 
 
@@ -99,16 +103,20 @@ class LlmRelay:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions: OrderedDict[str, Memory] = OrderedDict()
-        self._interest: tuple[int, _Interest] | None = None
+        self._state_of: object = engine.sessions  # the engine's session table this memory goes with
+        self._interest: tuple[Scenario, _Interest] | None = None
 
     @property
     def interest(self) -> _Interest:
-        scenario = id(self.engine.scenario)
-        if self._interest is None or self._interest[0] != scenario:
+        scenario = self.engine.scenario
+        if self._interest is None or self._interest[0] is not scenario:
             self._interest = (scenario, _interest(self.engine))
         return self._interest[1]
 
     def memory(self, session: str) -> Memory:
+        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions (a reset): so do we
+            self._sessions.clear()
+            self._state_of = self.engine.sessions
         memory = self._sessions.get(session)
         if memory is None:
             memory = self._sessions[session] = Memory()
@@ -122,7 +130,10 @@ class LlmRelay:
         request is not one (or not one this relay understands) and passes untouched."""
         if msg.http_method != "POST" or msg.path is None:
             return None
-        api = msg.api = api_for_path(msg.path)
+        api = api_for_path(msg.path)
+        if api is not None and msg.body is not None and msg.rpc is not None:
+            return None  # JSON-RPC: an MCP server's legacy POST endpoint (the Python SDK's is /messages/)
+        msg.api = api
         if not self.engine.scenario.rules:
             return None  # nothing can act: the call line still names the API, the body is not parsed
         if api is None:
@@ -201,39 +212,62 @@ class LlmExchange:
         if not fired or listing.rpc is before:
             return False
         shown = listing.rpc["result"]["tools"]  # type: ignore[index]
+        names = {tool["name"] for tool in shown}
+        entries = self.body["tools"]
+        untouched = {id(tool) for tool in tools}
+        shown_as: dict[str, str] = {}  # the agent's name of a tool that is listed under another name only
         for tool in shown:
-            original = tool.get(view.ORIGINAL)
-            real = _name_of_entry(original)
+            if id(tool) in untouched:
+                continue
+            real = _name_of_entry(view.template_of(tool, entries))
             if real is not None and real != tool["name"]:
                 self.memory.counterparts.remember(tool["name"], real)
+                if real not in names:
+                    shown_as.setdefault(real, tool["name"])
         self.request.put_tools(shown)
+        choice = view.named_choice(self.body)
+        if choice is not None and choice.text in shown_as:  # a forced tool_choice follows its tool's new name
+            choice.put(shown_as[choice.text])
         return True
 
     def _results(self) -> bool:
+        """Tool results: the proxy's own answers put in; the newest decided on; older ones as they were then."""
+        memory = self.memory
+        if not (self.interest.tools or memory.answers or memory.results):
+            return False
         calls = {call.call_id: call for call in self.request.calls}
         changed = False
         for result in self.request.results:
-            content_key = key_of("result", result.call_id, orjson.dumps(result.result))
-            answer = self.memory.answers.get(result.call_id)
-            new: Any = None
-            if answer is not None:
-                new = answer
-            elif (new := self.memory.history.get(content_key)) is None and result.newest and self.interest.tools:
-                call = calls.get(result.call_id) or self._relayed_call(result.call_id)
-                message = view.tool_result(self.msg, call, result.result)
-                before = message.rpc
-                self._decide(message, content_key)
-                if message.rpc is not before and isinstance(after := (message.rpc or {}).get("result"), dict):
-                    new = after
-                    self.memory.history.remember(content_key, new)
-            if new is not None and new != result.result:
-                if (reason := result.put(new)) is not None:
-                    if answer is None:
-                        self.relay.skip(self.msg, f"tool result {result.call_id}: {reason}")
-                        continue
-                    result.put({k: v for k, v in new.items() if k != "isError"})
-                changed = True
+            new = memory.answers.get(result.call_id)
+            answered = new is not None
+            if new is None and (seen := memory.results.get(result.call_id)) is not None and seen[0] == result.result:
+                new = seen[1]
+            elif new is None and result.newest and self.interest.tools:
+                new = self._decide_result(result, calls.get(result.call_id) or self._relayed_call(result.call_id))
+            if new is None or new == result.result:
+                continue
+            if (reason := result.put(new)) is not None:
+                if not answered:
+                    self.relay.skip(self.msg, f"tool result {result.call_id}: {reason}")
+                    continue
+                result.put({k: v for k, v in new.items() if k != "isError"})
+            changed = True
         return changed
+
+    def _decide_result(self, result: ToolResult, call: ToolCall) -> dict[str, Any] | None:
+        """The newest tool result through the engine, as the tools/call result of `call`; None: unchanged."""
+        message = view.tool_result(self.msg, call, result.result)
+        before = message.rpc
+        fired = self._decide(message, key_of("result", result.call_id, orjson.dumps(result.result)))
+        garbled = [f.action.raw for f in fired if isinstance(f.action, Garble)]
+        new: dict[str, Any] | None = None
+        if garbled:  # a broken frame: the model reads the broken text as the tool's result
+            new = {"content": [{"type": "text", "text": garbled[-1].decode("utf-8", "replace")}]}
+        elif message.rpc is not before and isinstance(after := (message.rpc or {}).get("result"), dict):
+            new = after
+        if new is not None:
+            self.memory.results.remember(result.call_id, (result.result, new))
+        return new
 
     def _relayed_call(self, call_id: str) -> ToolCall:
         """A call the agent's request does not show (Responses with previous_response_id): as relayed."""
@@ -241,19 +275,20 @@ class LlmExchange:
         return ToolCall(call_id, name, arguments)
 
     def _prompts(self) -> bool:
+        """The newest user turn decided on; earlier ones (resent history) as they were when newest."""
         prompts = self.request.prompts
+        memory = self.memory.prompts
         changed = False
         for i, text in enumerate(prompts):
-            content_key = key_of("prompt", text.text)
-            new = self.memory.history.get(content_key)
+            new = memory.get(text.text) if memory else None
             if new is None and i == len(prompts) - 1 and self.interest.prompt:
                 message = view.prompt(self.msg, text.text)
                 before = message.rpc
-                self._decide(message, content_key)
+                self._decide(message, key_of("prompt", text.text))
                 if message.rpc is not before:
                     new = message.rpc["params"]["text"]  # type: ignore[index]
-                    self.memory.history.remember(content_key, new)
-            if isinstance(new, str) and new != text.text:
+                    memory.remember(text.text, new)
+            if new is not None and new != text.text:
                 text.put(new)
                 changed = True
         return changed
@@ -264,12 +299,15 @@ class LlmExchange:
     def watching(self) -> bool:
         """True when the reply may need rewriting: a rule acts on completions or tool calls, or the
         session has tool routes to undo."""
-        routes = self.engine.session(self.msg.session).routes
+        routes = self.engine.session_of(self.msg).routes
         return self.interest.calls or self.interest.completion or bool(routes) or bool(self.memory.counterparts)
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         """A whole (non-streamed) reply, with its tool calls and completion decided on."""
         if not self.watching or status != 200:
+            return payload
+        if (encoding := headers.get("Content-Encoding", "identity")) != "identity":
+            self.relay.skip(self.msg, f"the model API's reply is {encoding}-encoded")
             return payload
         try:
             body = orjson.loads(payload)
@@ -317,7 +355,7 @@ class LlmExchange:
                         empty = mode
                     case StreamError(after_events, event, data) if streamed:
                         error_after, error = after_events, (event, data)
-        calls = self.interest.calls or bool(self.engine.session(self.msg.session).routes) \
+        calls = self.interest.calls or bool(self.engine.session_of(self.msg).routes) \
             or bool(self.memory.counterparts)
         return StreamPlan(self._edit_call if calls else None, empty, error_after, error)
 

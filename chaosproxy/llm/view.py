@@ -19,7 +19,8 @@ from chaosproxy.message import Message, Phase
 
 PROMPT = "llm/prompt"
 COMPLETION = "llm/completion"
-ORIGINAL = "_chaosproxy_original"  # the format's own entry, kept inside an MCP-shaped tool or content item
+ORIGINAL = "_chaosproxy_original"  # inside an MCP-shaped tool: the index of the format's own entry it came
+# from; inside a content item: the format's own part (an image) that has no MCP form here
 
 
 class FormatError(ValueError):
@@ -43,9 +44,16 @@ class ToolResult:
     """
 
     call_id: str
-    result: dict[str, Any]
+    read: Callable[[], dict[str, Any]]  # the MCP form, built when first asked for (old results rarely are)
     put: Callable[[dict[str, Any]], str | None]
     newest: bool
+    _result: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> dict[str, Any]:
+        if self._result is None:
+            self._result = self.read()
+        return self._result
 
 
 @dataclass(slots=True)
@@ -94,6 +102,7 @@ def synthetic(base: Message, phase: Phase, rpc: dict[str, Any], *, request: Mess
     msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
                   headers=headers if headers is not None else base.headers, request=request, route=base.route)
     msg.api, msg.model, msg.turn = base.api, base.model, base.turn
+    msg.trace = base.trace  # faults on the parts of a model-API call land on its span
     msg.replace(rpc)
     return msg
 
@@ -117,14 +126,62 @@ def tool_result(base: Message, call: ToolCall, result: dict[str, Any]) -> Messag
 
 
 def prompt(base: Message, text: str) -> Message:
-    return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": PROMPT,
-                                           "params": {"text": text}})
+    """The newest user turn, as a notification: faults that answer requests (rpc_error, timeout) pass it by."""
+    return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "method": PROMPT, "params": {"text": text}})
 
 
 def completion(base: Message, headers: dict[str, str]) -> Message:
-    request = synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": COMPLETION})
-    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": {}}, request=request,
-                     headers=headers)
+    """The model's reply as a whole (a notification, as the prompt is), before its body or stream is read."""
+    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": COMPLETION}, headers=headers)
+
+
+def messages_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], Request, int]:
+    """A request whose history is a `messages` list (Chat Completions, Messages): the list, the Request
+    with its model, stream flag and turn, and the index of the last assistant message (-1: none)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise FormatError("no 'messages' list of objects")
+    model = body.get("model")
+    assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True,
+                      turn=len(assistant))
+    return messages, request, assistant[-1] if assistant else -1
+
+
+def user_text(holder: dict[str, Any], text_type: str) -> Text | None:
+    """A user turn's text: its `content` string, or its last part of type `text_type` (a turn of tool
+    results has none)."""
+    content = holder.get("content")
+    if isinstance(content, str):
+        return Text(content, lambda text: holder.__setitem__("content", text))
+    for part in reversed(content if isinstance(content, list) else []):
+        if isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str):
+            return Text(part["text"], lambda text, part=part: part.__setitem__("text", text))
+    return None
+
+
+def flagless_result(holder: dict[str, Any], key: str, call_id: str, text_type: str, *, newest: bool,
+                    carrier: str) -> ToolResult:
+    """A tool result kept under `key` of a format's item that has no error flag (`carrier` names it)."""
+    original = holder.get(key)
+
+    def put(result: dict[str, Any]) -> str | None:
+        if result.get("isError") is True:
+            return f"{carrier} carry no error flag"
+        holder[key] = result_from_mcp(result, original, text_type)
+        return None
+
+    return ToolResult(call_id, lambda: result_to_mcp(original, None, text_type), put, newest)
+
+
+def named_choice(body: dict[str, Any]) -> Text | None:
+    """A `tool_choice` that forces one tool by name, in any of the three formats' shapes."""
+    choice = body.get("tool_choice")
+    holder = choice.get("function") if isinstance(choice, dict) and isinstance(choice.get("function"), dict) \
+        else choice
+    if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
+        return None
+    return Text(holder["name"], lambda name: holder.__setitem__("name", name))
 
 
 def result_to_mcp(content: Any, is_error: bool | None, text_type: str) -> dict[str, Any]:
@@ -167,22 +224,33 @@ def _is_text(part: Any, text_type: str) -> bool:
     return isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str)
 
 
-def function_tool(name: Any, description: Any, schema: Any, original: dict[str, Any]) -> dict[str, Any] | None:
-    """An MCP-shaped tool for a format's function tool (None when it has no usable name)."""
+def function_tool(name: Any, description: Any, schema: Any, index: int) -> dict[str, Any] | None:
+    """An MCP-shaped tool for the format's function tool at `index` of its tools array (None when it
+    has no usable name). Copies a fault makes (a duplicate, a distractor) keep the index."""
     if not isinstance(name, str) or not name:
         return None
     tool: dict[str, Any] = {"name": name, "inputSchema": schema if isinstance(schema, dict) else {"type": "object"},
-                            ORIGINAL: original}
+                            ORIGINAL: index}
     if isinstance(description, str):
         tool["description"] = description
     return tool
 
 
+def template_of(tool: dict[str, Any], entries: list[Any]) -> dict[str, Any] | None:
+    """The format's entry an MCP-shaped tool came from (None for a tool a fault made up)."""
+    index = tool.get(ORIGINAL)
+    entry = entries[index] if isinstance(index, int) and 0 <= index < len(entries) else None
+    return entry if isinstance(entry, dict) else None
+
+
 def merged_tools(original: list[Any], converted: list[dict[str, Any] | None], shown: list[dict[str, Any]],
-                 back: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Any]:
+                 back: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]]) -> list[Any]:
     """The format's tools array after a fault changed the MCP-shaped list: the function tools as the
-    fault left them (`back` turns each into the format's entry), the others (built-in tools) where they were."""
-    out = [back(tool) for tool in shown]
+    fault left them (`back` turns each into the format's entry, from the entry it came from if any),
+    the others (built-in tools) where they were."""
+    kept = {id(tool): i for i, tool in enumerate(converted) if tool is not None}  # tools no fault touched
+    out = [original[kept[id(tool)]] if id(tool) in kept and converted[kept[id(tool)]] is tool
+           else back(tool, template_of(tool, original)) for tool in shown]
     for i, (entry, tool) in enumerate(zip(original, converted, strict=True)):
         if tool is None:
             out.insert(min(i, len(out)), entry)

@@ -89,6 +89,7 @@ class Behaviour:
     disrupted_calls: int
     incomplete_calls: int
     made_up_tool_calls: int
+    unattached_faults: int  # fired, but joined to no call (a reply on another connection that never ended)
     faults_by_component: dict[str, int]
     faults_by_type: dict[str, int]
     recovery: Recovery
@@ -108,6 +109,7 @@ def behaviour(sessions: Iterable[Session]) -> Behaviour:
         disrupted_calls=sum(1 for call in calls if call.disrupted),
         incomplete_calls=sum(1 for call in calls if call.incomplete),
         made_up_tool_calls=sum(1 for call in calls if calls_a_made_up_tool(call)),
+        unattached_faults=sum(len(session.unattached) for session in sessions),
         faults_by_component=dict(collections.Counter(f.component for f in faults).most_common()),
         faults_by_type=dict(collections.Counter(f.fault for f in faults).most_common()),
         recovery=Recovery.of(found),

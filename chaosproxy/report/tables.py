@@ -63,7 +63,8 @@ def behaviour_table(b: Behaviour) -> Table:
         ["disrupted calls", share(b.disrupted_calls, b.tool_calls)],
         *_recovery_rows(b.recovery),
         ["calls to a tool that does not exist", str(b.made_up_tool_calls)],
-        ["calls that never completed", str(b.incomplete_calls)]]
+        ["calls that never completed", str(b.incomplete_calls)],
+        *([["faults attached to no call", str(b.unattached_faults)]] if b.unattached_faults else [])]
 
 
 def recovery_table(b: Behaviour) -> Table:

@@ -1,0 +1,38 @@
+"""The LLM-gateway view without sockets: which paths speak which API, the match keys, bounded memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaosproxy.llm import api_for_path, relay
+from chaosproxy.scenario import ScenarioError, parse_scenario
+
+
+@pytest.mark.parametrize("path,api", [
+    ("/v1/chat/completions", "openai-chat"), ("/openai/deployments/x/chat/completions", "openai-chat"),
+    ("/v1/messages", "anthropic"), ("/v1/responses", "openai-responses"), ("/v1/responses/", "openai-responses"),
+    ("/v1/embeddings", None), ("/v1/messages/count_tokens", None), ("/mcp", None)])
+def test_api_by_path(path: str, api: str | None) -> None:
+    assert api_for_path(path) == api
+
+
+def test_match_keys_api_and_model() -> None:
+    scenario = parse_scenario("rules:\n  - name: r\n    match: {api: 'openai-*', model: 'gpt-4*'}\n"
+                              "    fault: {type: prompt_typos}\n")
+    assert (scenario.rules[0].match.api, scenario.rules[0].match.model) == ("openai-*", "gpt-4*")
+    with pytest.raises(ScenarioError, match=r"<scenario>:3: rules\[0\].match.api: api 'gemini' matches none of"):
+        parse_scenario("rules:\n  - name: r\n    match: {api: gemini}\n    fault: {type: prompt_typos}\n")
+
+
+def test_llm_fault_parameters_are_validated() -> None:
+    with pytest.raises(ScenarioError, match="kind quota is an error no retry can fix"):
+        parse_scenario("rules:\n  - name: r\n    fault: {type: llm_error, kind: quota, should_retry: true}\n")
+    with pytest.raises(ScenarioError, match="rate"):
+        parse_scenario("rules:\n  - name: r\n    fault: {type: prompt_typos, rate: 2}\n")
+
+
+def test_memory_is_bounded() -> None:
+    memory = relay.Memory()
+    for i in range(relay.MAX_REMEMBERED + 10):
+        memory.said.remember(f"call_{i}", ("tool", "{}"))
+    assert len(memory.said) == relay.MAX_REMEMBERED and "call_0" not in memory.said

@@ -1,0 +1,277 @@
+"""Drills on a Ray cluster: a real two-node cluster on loopback (a head and a worker node, started by the
+test and ended by their process groups), the same results as the local executor, and no run lost when a
+worker dies mid-drill."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaosproxy.drill.config import DrillConfig
+from chaosproxy.drill.plan import RunSpec
+from tests.support import free_port
+
+pytest.importorskip("ray")
+
+CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
+RAY = str(Path(sys.executable).parent / "ray")
+SUITE = """\
+pick: 1
+rules:
+  - name: flaky
+    match: {path: /api/weather}
+    probability: !range [0.2, 0.6]
+    fault: {type: http_error, status: 503}
+  - name: slow
+    match: {path: /api/weather}
+    fault: {type: latency, delay_ms: !range [1, 5]}
+"""
+# argv: a folder to leave a marker in (run, the pid of the process that started it, its own pid), and how
+# long to wait before the calls, so a test can see which Ray worker carries out which run.
+AGENT = """
+import os, pathlib, sys, time, urllib.error, urllib.request
+run = os.path.basename(os.environ["CHAOSPROXY_RUN"])
+(pathlib.Path(sys.argv[1]) / f"{run}-{os.getppid()}-{os.getpid()}").touch()
+time.sleep(float(sys.argv[2]))
+for city in ("lima", "oslo", "pune"):
+    try:
+        urllib.request.urlopen(os.environ["CHAOSPROXY_URL"] + "/api/weather?city=" + city, timeout=10).read()
+    except urllib.error.HTTPError:
+        sys.exit(1)
+"""
+# The test's cluster wants this token from every node and driver (Ray's dashboard and job API have none).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+# Loopback addresses Ray takes as they are (it swaps 127.0.0.1 for a routable one in a multi-node cluster).
+HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
+
+
+def _start_node(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """`ray start ... --block` in its own process group, once it says the node runs."""
+    with open(log, "wb") as out:
+        node = subprocess.Popen(
+            [RAY, "start", *args, "--num-cpus=1", "--disable-usage-stats", "--block"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **RAY_ENV},
+        )
+    deadline = time.monotonic() + 90
+    while b"Ray runtime started" not in log.read_bytes():
+        assert node.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+        time.sleep(0.2)
+    return node
+
+
+def _stop_node(node: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(node.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            node.wait(10)
+        except subprocess.TimeoutExpired:
+            continue
+        time.sleep(1)  # the group's other processes (raylet, workers) go after the leader
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A head node and a worker node on loopback, one CPU each; yields the head's address."""
+    temp = Path(tempfile.mkdtemp(prefix="cpray-"))  # short: Ray's socket paths live under it
+    port = free_port()
+    head = _start_node(
+        [
+            "--head",
+            f"--node-ip-address={HEAD_IP}",
+            f"--port={port}",
+            "--include-dashboard=false",
+            f"--temp-dir={temp}",
+        ],
+        temp / "head.log",
+    )
+    nodes = [head]
+    try:
+        nodes.append(
+            _start_node(
+                [f"--address={HEAD_IP}:{port}", f"--node-ip-address={WORKER_IP}"], temp / "worker.log"
+            )
+        )
+        yield f"{HEAD_IP}:{port}"
+    finally:
+        for node in reversed(nodes):
+            _stop_node(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture
+def drill_file(tmp_path: Path, upstream: str) -> Path:
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "markers").mkdir()
+    drill = tmp_path / "drill.yaml"
+    drill.write_text(
+        f"agent: {sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0\n"
+        f"upstream: {upstream}\nsuite: {tmp_path / 'suite.yaml'}\nrandomize: 4\nrepeat: 2\n"
+        "baseline: 2\nseed: 12\ntimeout: 60\njobs: 2\n"
+    )
+    return drill
+
+
+def drill(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CHAOSPROXY, "drill", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **RAY_ENV},
+    )
+
+
+def results(folder: Path) -> list[dict[str, Any]]:
+    lines = (folder / "results.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda r: int(r["run"].split("-")[1]))
+
+
+def outcome(folder: Path) -> list[tuple[Any, ...]]:
+    return [
+        (r["run"], r["label"], r["seed"], r["status"], r["exit_code"], r["faults"]) for r in results(folder)
+    ]
+
+
+@pytest.mark.timeout(900)
+def test_a_drill_on_a_ray_cluster_gives_the_local_executors_results(
+    cluster: str, drill_file: Path, tmp_path: Path
+) -> None:
+    local = drill(str(drill_file), "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    on_ray = drill(
+        str(drill_file),
+        "--executor",
+        "ray",
+        "--ray-address",
+        cluster,
+        "--ray-num-cpus",
+        "0.5",
+        "--out",
+        str(tmp_path / "ray"),
+    )
+    assert on_ray.returncode == 0, on_ray.stderr
+    assert outcome(tmp_path / "ray") == outcome(tmp_path / "local")
+    assert {status for *_, status, _, _ in outcome(tmp_path / "local")} == {"passed", "failed"}
+    progress = [line for line in on_ray.stderr.splitlines() if line.startswith("drill: ")]
+    assert len(progress) == 10 and progress[-1].startswith("drill: 10/10 runs (")
+    assert on_ray.stdout.split("\n\n")[0] == local.stdout.split("\n\n")[0]  # the same summary
+    for run in ("run-1", "run-10"):
+        assert {p.name for p in (tmp_path / "ray" / run).iterdir()} == {
+            "scenario.yaml",
+            "log.jsonl",
+            "agent.stdout",
+            "agent.stderr",
+            "proxy.stderr",
+            "run.json",
+        }
+    parents = {marker.name.split("-")[2] for marker in (tmp_path / "markers").iterdir()}
+    assert len(parents) >= 3  # local runs' drill process, and Ray workers on both nodes
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return [pid for pid in pids if _alive(pid)]
+
+
+@pytest.mark.timeout(900)
+def test_killing_a_ray_worker_mid_drill_loses_no_run(cluster: str, drill_file: Path, tmp_path: Path) -> None:
+    markers, out = tmp_path / "markers", tmp_path / "ray"
+    drill_file.write_text(drill_file.read_text().replace(f"{markers} 0", f"{markers} 1.5"))
+    proc = subprocess.Popen(
+        [
+            *CHAOSPROXY,
+            "drill",
+            str(drill_file),
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster,
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **RAY_ENV},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (started := sorted(markers.iterdir())):
+            assert proc.poll() is None and time.monotonic() < deadline, "no run started"
+            time.sleep(0.05)
+        victim_run, worker, agent = re.fullmatch(r"(run-\d+)-(\d+)-(\d+)", started[0].name).groups()  # type: ignore[union-attr]
+        os.kill(int(worker), signal.SIGKILL)  # a Ray worker process of the test's own cluster
+        stdout, stderr = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 0, stderr
+    runs = results(out)
+    assert [r["run"] for r in runs] == [f"run-{n}" for n in range(1, 11)]
+    assert all(r["status"] in ("passed", "failed") for r in runs), [r for r in runs if r["status"] == "error"]
+    tries = [m.name for m in markers.iterdir() if m.name.startswith(f"{victim_run}-")]
+    assert len(tries) >= 2, tries  # the lost run was carried out again
+    assert not _alive(int(agent))  # the lost try's agent died with its worker
+    assert _processes_mentioning(str(out)) == []  # and no proxy of it is left serving
+
+
+def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
+    upstream: str, tmp_path: Path
+) -> None:
+    from chaosproxy.drill.ray_executor import carry_out
+
+    (tmp_path / "markers").mkdir()
+    (tmp_path / "agent.py").write_text(AGENT)
+    config = DrillConfig(
+        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0",
+        upstream=upstream,
+        timeout=30,
+    )
+    spec = RunSpec("run-3", "clean", "clean", "rules: []\n", 77)
+    result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
+    assert (result.run, result.status, result.seed) == ("run-3", "passed", 77)
+    assert files is not None and set(files) == {
+        "scenario.yaml",
+        "log.jsonl",
+        "agent.stdout",
+        "agent.stderr",
+        "proxy.stderr",
+        "run.json",
+    }
+    assert files["scenario.yaml"] == b"rules: []\n" and json.loads(files["run.json"])["seed"] == 77
+    assert not (tmp_path / "elsewhere").exists()
