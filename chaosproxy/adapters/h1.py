@@ -269,13 +269,12 @@ class ClientExchange:
                 self.close_after = True  # a close-delimited body is the only way to an HTTP/1.0 client
         if no_body:
             self.no_body = True
+        if self.head.expect_continue and self.head.has_body and not self.body.done:
+            self.close_after = True  # the client may still send the body we never asked for
         if self.close_after:
             framing += b"Connection: close\r\n"
         elif self.head.version == "1.0":
             framing += b"Connection: keep-alive\r\n"
-        if self.head.expect_continue and self.head.has_body and not self.body.done:
-            self.close_after = True  # the client may still send the body we never asked for
-            framing += b"Connection: close\r\n"
         self.conn.write(serialize_head(b"HTTP/1.1 %d %b\r\n" % (status, reason or b"-"), headers, framing))
 
     def write(self, data: bytes) -> None:
@@ -559,7 +558,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.resume_reading()
 
     def send(self, data: bytes) -> None:
-        if not self.closed:
+        if not self.closed and not self.transport.is_closing():
             self.transport.write(data)
 
     async def drain(self) -> None:

@@ -225,8 +225,6 @@ class HttpProxy:
         msg = Message(self.transport, Phase.REQUEST, session=session_id, http_method=head.method,
                       path=unquote(path) if "%" in path else path, headers=HeaderView(head.headers),
                       route=route.name if route else None)
-        if head.method == "POST":
-            msg.api = api_for_path(msg.path)  # the call line names the model API even when nothing acts
         call = Call(msg)
         try:
             if head.method == "CONNECT" or not path.startswith("/"):
@@ -578,6 +576,8 @@ class Inspection:
                 else:
                     prefix = read
         headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
+        if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
+            headers = without(headers, b"expect")
         llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.active(Phase.REQUEST):
             original = msg.body
@@ -819,10 +819,12 @@ class UpstreamTimeout(UpstreamError, TimeoutError):
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
     fields: dict[str, Any] = {}
-    if msg.api is not None:
-        fields = {"api": msg.api, "model": msg.model, "turn": msg.turn}
-    elif msg.body is not None and (rpc := msg.rpc) is not None:
+    rpc = msg.rpc if msg.body is not None else None
+    if rpc is not None:
         fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
+    elif msg.api is not None or (msg.http_method == "POST" and msg.path and api_for_path(msg.path)):
+        # a model-API call (named even when no rule acted and the body was never parsed)
+        fields = {"api": msg.api or api_for_path(msg.path or ""), "model": msg.model, "turn": msg.turn}
     engine.log.call(
         transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
         status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,

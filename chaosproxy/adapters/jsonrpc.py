@@ -159,8 +159,8 @@ class JsonRpcRelay:
             self._legacy_streams[session] = queue
             pump = asyncio.create_task(_pump(frames, queue))
             try:
-                while (frame := await queue.get()) is not _END:
-                    yield self.relay_frame(frame, request, session, faults)
+                while (frame := await queue.get()) is not _END:  # its replies' faults are their POSTs'
+                    yield self.relay_frame(frame, request, session)
             finally:
                 pump.cancel()
                 self._legacy_streams.pop(session, None)
