@@ -295,6 +295,7 @@ class ClientExchange:
     def close(self) -> None:
         """Close the connection once what was written is flushed (a truncated body ends like this)."""
         self.close_after = True
+        self.conn.uncork()
         self.conn.transport.close()
         self.finish()
 
@@ -303,6 +304,7 @@ class ClientExchange:
         transport = self.conn.transport
         if reset and (sock := transport.get_extra_info("socket")) is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.conn.uncork()  # what was relayed before the break still goes first
         transport.abort()
         self.finish()
 
@@ -330,6 +332,9 @@ class ClientConnection(asyncio.Protocol):
         self.tunnel: asyncio.Transport | None = None  # after a 101: bytes go there unparsed
         self.tunnel_pending = bytearray()
         self.upgrading = False
+        self._out: list[bytes] | None = None  # corked: what one event's callbacks write, sent as one
+        self.receiving = False  # inside data_received: upstream writes are corked until it returns
+        self.corked: list[UpstreamConnection] = []
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -350,6 +355,7 @@ class ClientConnection(asyncio.Protocol):
                 if len(self.tunnel_pending) > HIGH_WATER:  # the upstream has not switched protocols (yet)
                     self.pause_reading()
             return
+        self.receiving = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -357,6 +363,10 @@ class ClientConnection(asyncio.Protocol):
             self.tunnel_pending += data[exc.args[0]:]
         except httptools.HttpParserError as exc:
             self._bad_input(exc)
+        finally:
+            self.receiving = False
+            while self.corked:
+                self.corked.pop().uncork()
 
     def eof_received(self) -> bool:
         if self.parsing is not None and not self.parsing.body.done:
@@ -429,8 +439,26 @@ class ClientConnection(asyncio.Protocol):
 
     # for exchanges
     def write(self, data: bytes) -> None:
-        if not self.lost:
+        if self._out is not None:
+            self._out.append(data)
+        elif not self.lost:
             self.transport.write(data)
+
+    def cork(self) -> None:
+        """Hold writes until `uncork`: a head and body written in one turn go out in one send."""
+        if self._out is None:
+            self._out = []
+
+    def uncork(self) -> None:
+        out, self._out = self._out, None
+        if out and not self.lost:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def cork_upstream(self, upstream: UpstreamConnection) -> None:
+        """Writes to `upstream` made while this connection's input is parsed go out together after it."""
+        if self.receiving:
+            upstream.cork()
+            self.corked.append(upstream)
 
     async def drain(self) -> None:
         if self.lost:
@@ -458,6 +486,7 @@ class ClientConnection(asyncio.Protocol):
         if self.tunnel is not None:
             return
         if exchange.close_after or self.lost:
+            self.uncork()
             self.transport.close()
             return
         if not exchange.body.done:  # the response did not wait for the body: skip what is left of it
@@ -529,6 +558,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.tunnel: ClientConnection | None = None
         self.upgraded = False  # a 101 came: the connection is a tunnel now, never pooled
         self.tunnel_pending = bytearray()
+        self.client: ClientConnection | None = None  # whose writes are corked while a response is parsed
+        self._out: list[bytes] | None = None
         self.on_pause: Callable[[], None] | None = None
         self.on_resume: Callable[[], None] | None = None
         self._drain: asyncio.Future[None] | None = None
@@ -558,8 +589,19 @@ class UpstreamConnection(asyncio.Protocol):
             self.resume_reading()
 
     def send(self, data: bytes) -> None:
-        if not self.closed and not self.transport.is_closing():
+        if self._out is not None:
+            self._out.append(data)
+        elif not self.closed and not self.transport.is_closing():
             self.transport.write(data)
+
+    def cork(self) -> None:
+        if self._out is None:
+            self._out = []
+
+    def uncork(self) -> None:
+        out, self._out = self._out, None
+        if out and not self.closed and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def drain(self) -> None:
         if self.closed:
@@ -576,6 +618,9 @@ class UpstreamConnection(asyncio.Protocol):
         if self.sink is None:  # nothing asked: a server talking out of turn is not to be trusted
             self.transport.abort()
             return
+        client = self.client
+        if client is not None:
+            client.cork()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -583,6 +628,9 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(UpstreamError(f"malformed response from upstream: {exc}"))
             self.transport.abort()
+        finally:
+            if client is not None:
+                client.uncork()
 
     def _to_tunnel(self, data: bytes) -> None:
         if self.tunnel is not None:
@@ -689,6 +737,7 @@ class UpstreamConnection(asyncio.Protocol):
         sink, self.sink = self.sink, None
         self.in_body = False
         self.on_pause = self.on_resume = None
+        self.client = None
         keep = self._keep_alive and not self.close_delimited and not self.closed
         if sink is not None:
             sink.response_end(trailers)
@@ -697,11 +746,13 @@ class UpstreamConnection(asyncio.Protocol):
         if keep and self.request_sent:
             self.pool.release(self)
         elif not self.closed:
+            self.uncork()
             self.transport.close()
 
     def _fail(self, error: BaseException) -> None:
         sink, self.sink = self.sink, None
         self.on_pause = self.on_resume = None
+        self.client = None
         if sink is not None:
             sink.upstream_failed(error)
 
@@ -711,7 +762,9 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.sink = None
         self.on_pause = self.on_resume = None
+        self.client = None
         if not self.closed:
+            self.uncork()
             self.transport.close()
 
 

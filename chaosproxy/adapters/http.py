@@ -270,8 +270,10 @@ class HttpProxy:
                    if name.lower() not in ("content-length", "transfer-encoding", "connection")]
         call.finish(self.engine)  # logged before the agent can see the answer, so a log read after it has it
         if not exchange.gone:
+            exchange.conn.cork()
             exchange.start(respond.status, _reason(respond.status), headers, len(respond.body))
             exchange.write(respond.body)
+            exchange.conn.uncork()
             exchange.end()
 
     def upstream_failed(self, exchange: ClientExchange, call: Call, route: Route, error: BaseException) -> None:
@@ -341,6 +343,8 @@ class Passthrough:
         self.conn = conn
         conn.begin(self, head_request=head.method == "HEAD")
         client = exchange.conn
+        conn.client = client
+        client.cork_upstream(conn)
         conn.on_pause, conn.on_resume = client.pause_reading, client.resume_reading
         exchange.on_writing_paused, exchange.on_writing_resumed = conn.pause_reading, conn.resume_reading
         if client._writing_paused:
