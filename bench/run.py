@@ -62,10 +62,10 @@ class Procs:
         self.logdir = logdir
         self.running: list[subprocess.Popen] = []
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(self.logdir / f"{name}.log", "wb") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env=env)
         self.running.append(proc)
         return proc
 

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -41,7 +42,8 @@ def _upstream_url(value: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__)
     parser.add_argument("--version", action="version", version=f"chaosproxy {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug-level operational log")
+    parser.add_argument("-v", "--verbose", action="store_true", default=_env_flag("VERBOSE"),
+                        help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults",
@@ -87,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_dir(validate)
 
     sub.add_parser("faults", help="list the fault types, their component, level and parameters")
-    sub.add_parser("schema", help="print the scenario JSON Schema")
+    schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors and check-jsonschema)")
+    schema.add_argument("--suite", action="store_true",
+                        help="the drill suite schema: pick, and !range/!choice draws as lists")
     demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
 
@@ -109,6 +113,11 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CHAOSPROXY_{name}") or default
 
 
+def _env_flag(name: str) -> bool:
+    """A switch set from the environment: CHAOSPROXY_<NAME>=1 (or true, yes, on)."""
+    return (_env(name) or "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _route(value: str) -> tuple[str, str]:
     prefix, sep, url = value.partition("=")
     try:
@@ -118,6 +127,18 @@ def _route(value: str) -> tuple[str, str]:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return prefix.strip(), url.strip()
+
+
+def _positive[T: (int, float)](kind: Callable[[str], T]) -> Callable[[str], T]:
+    def parse(value: str) -> T:
+        try:
+            number = kind(value)
+        except ValueError:
+            number = None
+        if number is None or not number > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {value!r}")
+        return number
+    return parse
 
 
 def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
@@ -142,9 +163,14 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                              "$CHAOSPROXY_CONTROL_TOKEN or --control-token-file: a flag shows in ps")
     parser.add_argument("--control-token-file", type=Path, default=_env("CONTROL_TOKEN_FILE"), metavar="FILE",
                         help="read the control API's bearer token from FILE (its first line)")
-    parser.add_argument("--watch", action="store_true",
+    parser.add_argument("--session-ttl", type=_positive(float), default=_env("SESSION_TTL", "1800"), metavar="SECONDS",
+                        help="forget an agent session's state after it is idle this long (default 1800)")
+    parser.add_argument("--max-sessions", type=_positive(int), default=_env("MAX_SESSIONS", "10000"), metavar="N",
+                        help="hold state for at most N sessions, the least recently used going first "
+                             "(default 10000)")
+    parser.add_argument("--watch", action="store_true", default=_env_flag("WATCH"),
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
-    parser.add_argument("--otel", action="store_true", default=bool(_env("OTEL")),
+    parser.add_argument("--otel", action="store_true", default=_env_flag("OTEL"),
                         help="export a span per call over OTLP/HTTP (needs the [otel] extra); on by itself when "
                              "OTEL_EXPORTER_OTLP_ENDPOINT is set, default endpoint http://localhost:4318")
 
@@ -165,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             print(faults_table())
             return 0
         case "schema":
-            print(json.dumps(Scenario.model_json_schema(), indent=2))
+            from chaosproxy.editor_schema import scenario_schema
+            print(json.dumps(scenario_schema(suite=args.suite), indent=2))
             return 0
         case "demo":
             from chaosproxy.demo import run_demo
@@ -206,6 +233,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
     host, port = args.listen
     try:
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log,
+                         session_ttl=args.session_ttl, max_sessions=args.max_sessions,
                          otel=args.otel) as engine:
             async def serve() -> None:
                 async with _controlled(engine, args):
@@ -219,7 +247,11 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
-            run_async(serve())
+            try:
+                run_async(serve())
+            except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
+                engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
+                raise
     except (_control_config_error(), OtelUnavailable) as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -241,10 +273,13 @@ async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[No
         from chaosproxy.control import serve_control
         control = serve_control(engine, args.control, _control_token(args), file_roots=roots)
     flusher = asyncio.create_task(engine.log.flush_periodically())
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, engine.log.reopen)  # logrotate: the log file again, by name
     try:
         async with control, reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
             yield
     finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
         flusher.cancel()
 
 
@@ -300,7 +335,8 @@ def _stdio(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     try:
         with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel,
-                         scenario_dirs=args.scenario_dirs) as engine:
+                         scenario_dirs=args.scenario_dirs, session_ttl=args.session_ttl,
+                         max_sessions=args.max_sessions) as engine:
             agent_in, agent_out = claim_stdio()
 
             async def relay() -> int:

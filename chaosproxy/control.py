@@ -9,6 +9,7 @@ Toxiproxy-style, so chaos drills can be scripted:
   GET /events           the perturbation log as it is written, one JSON object a line (?event=fault;
                         ?last=N first replays the last N fault lines, up to 200)
   GET /metrics          Prometheus text
+  GET /sessions         the sessions the proxy holds state for: count, limits and a page (?offset=&limit=)
   GET /healthz, GET /version
   GET /                 the live console, one self-contained page (chaosproxy/data/console.html)
   GET /stats            rules with their matched/fired counts, call and fault totals, active sessions
@@ -62,6 +63,7 @@ EVENT_QUEUE_SIZE = 1000
 MAX_SUBSCRIBERS = 32  # /events readers at once; each costs a queue of EVENT_QUEUE_SIZE lines
 OPEN_PATHS = frozenset({"/healthz"})  # no token needed: liveness probes rarely carry one
 CONSOLE_HEADER = "X-Chaosproxy-Console"  # carries the console token on the console page's requests
+LOG_EVENTS = frozenset({"run", "fault", "call", "skip", "error", "control", "session"})  # ?event= kinds
 RECENT_FAULTS = 200  # fault lines kept for a console that opens late (/events?last=N)
 # The console page may run its own script and talk to this origin, nothing else; no one may frame it.
 CONSOLE_POLICY = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -112,7 +114,7 @@ class ControlServer:
         self.file_roots = tuple(file_roots)
         self.max_subscribers = max_subscribers
         self.event_queue = event_queue
-        self.metrics = LogMetrics()
+        self.metrics = LogMetrics(lambda: len(engine.sessions))
         self._dropped = Counter("chaosproxy_control_events_dropped",
                                 "Events not sent to a slow /events client", registry=self.metrics.registry)
         self._subscribers = Gauge("chaosproxy_control_event_subscribers", "Clients reading /events",
@@ -138,6 +140,7 @@ class ControlServer:
         app.router.add_post("/reset", self._reset)
         app.router.add_get("/events", self._events)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/sessions", self._sessions)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/version", self._version)
         app.router.add_get("/", self._console)
@@ -275,6 +278,8 @@ class ControlServer:
             return _error(503, f"{self.max_subscribers} clients already read /events; try again later",
                           headers={"Retry-After": "5"})
         kinds = frozenset(request.query.getall("event", ()))
+        if unknown := sorted(kinds - LOG_EVENTS):
+            return _error(400, f"unknown event kind {unknown[0]!r}; known: {', '.join(sorted(LOG_EVENTS))}")
         try:
             last = min(int(request.query.get("last", "0")), RECENT_FAULTS)
         except ValueError:
@@ -311,6 +316,17 @@ class ControlServer:
     async def _metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _sessions(self, request: web.Request) -> web.Response:
+        try:
+            offset = max(0, int(request.query.get("offset", 0)))
+            limit = min(1000, max(0, int(request.query.get("limit", 100))))
+        except ValueError:
+            return _error(400, "offset and limit are whole numbers")
+        table = self.engine.sessions
+        page = table.page(offset, limit)
+        return _json({"count": len(table), "ttl_s": table.ttl, "max_sessions": table.limit,
+                      "offset": offset, "sessions": page})
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return _json({"status": "ok"})

@@ -26,6 +26,7 @@ from chaosproxy.message import Message, Phase
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import AgentView, SessionState
+from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
 
 
 def draw_seed() -> int:
@@ -98,6 +99,8 @@ class _CompiledRule:
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
+        self.rpc_only = m.method is not None or m.tool is not None  # only JSON-RPC requests carry these
+        self.told_plain = False  # told once in the log that plain HTTP requests never match it
         self.counters: dict[str, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
@@ -135,10 +138,12 @@ def _header_check(name: str, is_value: Callable[[str], bool]) -> Callable[[Messa
 class Engine:
     """Decides, per message, which faults fire. One engine serves every adapter of a run."""
 
-    def __init__(self, scenario: Scenario, *, seed: int, log: PerturbationLog) -> None:
+    def __init__(self, scenario: Scenario, *, seed: int, log: PerturbationLog,
+                 session_ttl: float = SESSION_TTL_S, max_sessions: int = MAX_SESSIONS) -> None:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
+        self._session_limits = {"ttl": session_ttl, "limit": max_sessions}
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
@@ -170,8 +175,8 @@ class Engine:
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
         self._rule_order = {rule.name: i for i, rule in enumerate(scenario.rules)}
         if not keep_state:
-            self.sessions: dict[str, SessionState] = {}
-            self._ordinals: dict[str, int] = {}
+            self.sessions = SessionTable(self._session_changed, **self._session_limits)  # a new one: state
+            # kept beside it elsewhere (the model-API relay's memory) sees the reset by its identity
             # Per upstream (transport and route): bounded by the configuration, not by the traffic.
             self.views: dict[str, AgentView] = {}
 
@@ -188,6 +193,17 @@ class Engine:
             return True
         return any(rule.rule.enabled and all(check(msg) for check in rule.head_checks) for rule in self._compiled)
 
+    def end_session(self, key: str, reason: str = "ended") -> None:
+        """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""
+        self.sessions.end(key, reason)
+
+    def _session_changed(self, key: str, change: str, reason: str) -> None:
+        """A session's state was dropped (its per-session counters with it), or a dropped one came back."""
+        if change == "dropped":
+            for compiled in self._compiled:
+                compiled.counters.pop(key, None)
+        self.log.session(session=key, change=change, reason=reason)
+
     def wants_body(self, msg: Message) -> bool:
         """True when a rule acting on messages could act on `msg`, judged before its body arrives.
 
@@ -198,18 +214,21 @@ class Engine:
 
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""
-        state = self.sessions.get(key)
-        if state is None:
+        return self._entry(key, view).state
+
+    def _entry(self, key: str, view: str) -> Session:
+        """Session `key` in the bounded table, marked used now (made, with its shared view, when new)."""
+        def fresh() -> SessionState:
             shared = self.views.get(view)
             if shared is None:
                 shared = self.views[view] = AgentView()
-            state = self.sessions[key] = SessionState(shared)
-        return state
+            return SessionState(shared)
+        return self.sessions.enter(key, fresh)
 
     def session_of(self, msg: Message) -> SessionState:
         """The state of `msg`'s session, whose agent view is shared by every session on its upstream
         (transport and route): tool routes and schemas survive a reconnect under a new session id."""
-        return self.session(msg.session, f"{msg.transport} {msg.route or ''}")
+        return self.session(msg.session, _view_name(msg))
 
     def _learn(self, msg: Message) -> None:
         """Remember each tool's output schema as upstream lists it, before any rule reshapes the list,
@@ -316,8 +335,16 @@ class Engine:
     def _gate_and_act(self, compiled: _CompiledRule, msg: Message, key: str | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
+            if rule.enabled and compiled.rpc_only and not compiled.told_plain and msg.phase is Phase.REQUEST \
+                    and msg.transport == "http" and msg.rpc is None:
+                compiled.told_plain = True  # a `tool` rule in front of a REST API would otherwise stay silent
+                self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
+                              http_method=msg.http_method, path=msg.path,
+                              reason="the rule matches `method`/`tool`, which only JSON-RPC (MCP) requests carry; "
+                                     "plain HTTP requests like this one never match it (told once)")
             return None
-        session = self.session_of(msg)
+        entry = self._entry(msg.session, _view_name(msg))  # before its counters: they go when it goes
+        session = entry.state
         rule.fault.observe(msg, session)
         counter = compiled.counter(msg.session)
         seen = counter.keys.get(key) if key is not None else None
@@ -345,8 +372,7 @@ class Engine:
             # One stream per (seed, rule, session, match index): the same run meets the same faults
             # however requests from different sessions interleave. Sessions count by order of first
             # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
-            ordinal = self._ordinals.setdefault(msg.session, len(self._ordinals) + 1)
-            rng = random.Random(f"{self.seed}:{rule.name}:{ordinal}:{index}")
+            rng = random.Random(f"{self.seed}:{rule.name}:{entry.ordinal}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
         action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, session, rule.name))
@@ -413,6 +439,11 @@ def _changes_nothing(action: Action, msg: Message) -> bool:
         case Garble(raw=raw):
             return raw == msg.body
     return False
+
+
+def _view_name(msg: Message) -> str:
+    """The agent view a message's session shares: one per upstream (transport and route)."""
+    return f"{msg.transport} {msg.route or ''}"
 
 
 def _payload(action: Action) -> bytes | None:

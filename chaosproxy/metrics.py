@@ -6,12 +6,11 @@ without a control API pays nothing, and every number here agrees with the log fi
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-ACTIVE_WINDOW_S = 300.0
 # From sub-millisecond passthrough to the multi-second hangs and timeouts that faults ask for.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -20,10 +19,12 @@ class LogMetrics:
     """Faults, calls, call latency and active sessions, in a registry of their own.
 
     A registry per instance (not prometheus_client's global one) lets several proxies live in one
-    process, as they do under the pytest plugin, each with numbers of its own.
+    process, as they do under the pytest plugin, each with numbers of its own. `sessions` counts the
+    sessions the engine holds state for. Series of a rule taken out of the scenario go with it, so a
+    run that adds and removes rules (ControlClient.fault) does not grow /metrics without end.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sessions: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
         self.faults = Counter("chaosproxy_faults", "Faults fired, by fault type, POMDP component and rule",
                               ["fault", "component", "rule"], registry=self.registry)
@@ -34,18 +35,18 @@ class LogMetrics:
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.errors = Counter("chaosproxy_fault_errors", "Faults that raised (the message passed through)",
                               ["fault", "rule"], registry=self.registry)
-        sessions = Gauge("chaosproxy_active_sessions",
-                         f"Sessions with a call in the last {ACTIVE_WINDOW_S:.0f} seconds",
-                         registry=self.registry)
-        sessions.set_function(self._active_sessions)
-        self._last_call: dict[str, float] = {}
-        self._pruned = time.monotonic()
+        active = Gauge("chaosproxy_active_sessions", "Sessions the proxy holds state for (see --session-ttl)",
+                       registry=self.registry)
+        active.set_function(sessions)
+        self._series: dict[str, set[tuple[str, ...]]] = {}  # rule -> its fault label values in use
 
     def observe(self, fields: dict[str, Any]) -> None:
         """A log listener: count one line."""
         match fields.get("event"):
             case "fault":
-                self.faults.labels(fields.get("fault"), fields.get("component"), fields.get("rule")).inc()
+                labels = (str(fields.get("fault")), str(fields.get("component")), str(fields.get("rule")))
+                self.faults.labels(*labels).inc()
+                self._series.setdefault(labels[2], set()).add(labels)
             case "call":
                 transport = fields.get("transport") or ""
                 status = fields.get("status")
@@ -53,19 +54,19 @@ class LogMetrics:
                 self.calls.labels(transport, status_label, fields.get("outcome")).inc()
                 if (duration_ms := fields.get("duration_ms")) is not None:
                     self.latency.labels(transport).observe(duration_ms / 1000)
-                now = time.monotonic()
-                self._last_call[str(fields.get("session"))] = now
-                if now - self._pruned > ACTIVE_WINDOW_S:
-                    self._prune(now)
             case "error":
-                self.errors.labels(fields.get("fault"), fields.get("rule")).inc()
+                labels = (str(fields.get("fault")), str(fields.get("rule")))
+                self.errors.labels(*labels).inc()
+                self._series.setdefault(labels[1], set()).add(labels)
+            case "control" if isinstance(rules := fields.get("rules"), list):
+                self._forget_rules_but(set(rules))
 
-    def _active_sessions(self) -> int:
-        self._prune(time.monotonic())
-        return len(self._last_call)
-
-    def _prune(self, now: float) -> None:
-        self._pruned = now
-        for session, seen in list(self._last_call.items()):
-            if now - seen > ACTIVE_WINDOW_S:
-                del self._last_call[session]
+    def _forget_rules_but(self, kept: set[str]) -> None:
+        """Drop the series of every rule no longer in the scenario (a swap or reload names those that are)."""
+        for rule in [rule for rule in self._series if rule not in kept]:
+            for labels in self._series.pop(rule):
+                metric = self.faults if len(labels) == 3 else self.errors
+                try:
+                    metric.remove(*labels)
+                except KeyError:
+                    pass

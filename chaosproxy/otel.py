@@ -41,9 +41,10 @@ if TYPE_CHECKING:
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests carry their version here
-# call outcomes that fail a call on their own ("fault_response" may be a stub result, so not that)
+# call outcomes that fail a call on their own: not "fault_response" (it may be a stub result), nor
+# "client_disconnected" (an agent may hang up on a stream once it has read its answer)
 FAILED_OUTCOMES = frozenset({"upstream_error", "hang", "reset", "truncated", "stream_cut", "stream_idle",
-                             "no_route", "client_disconnected", "unanswered"})
+                             "no_route", "unanswered"})
 MAX_SESSIONS = 10_000  # protocol versions remembered from `initialize`, oldest forgotten first
 
 

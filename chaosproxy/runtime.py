@@ -14,16 +14,18 @@ from typing import Any, BinaryIO
 
 from chaosproxy import __version__
 from chaosproxy.engine import Engine, draw_seed
-from chaosproxy.log import PerturbationLog
+from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
 from chaosproxy.otel import NO_TRACING
 from chaosproxy.otel import from_environment as otel_tracing
 from chaosproxy.scenario import Scenario, load_scenario
+from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S
 
 
 @contextlib.contextmanager
 def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
                 log_path: str | Path | None = None, scenario: Scenario | None = None,
-                otel: bool = False, scenario_dirs: Iterable[Path] = ()) -> Iterator[Engine]:
+                otel: bool = False, scenario_dirs: Iterable[Path] = (), session_ttl: float = SESSION_TTL_S,
+                max_sessions: int = MAX_SESSIONS) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
@@ -33,14 +35,15 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     if scenario is None:
         scenario = load_scenario(scenario_path, scenario_dirs) if scenario_path is not None else Scenario()
     seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
-    stream: BinaryIO = open(log_path, "ab") if log_path is not None else sys.stderr.buffer  # noqa: SIM115
-    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed)
+    path = Path(log_path) if log_path is not None else None
+    stream: BinaryIO = open_log_file(path) if path is not None else sys.stderr.buffer
+    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S)
     tracing = NO_TRACING
     try:
         tracing = otel_tracing(otel, run_id=log.run_id, seed=seed)
         log.run(version=__version__, scenario=str(scenario_path) if scenario_path else None,
                 rules=[rule.name for rule in scenario.rules])
-        engine = Engine(scenario, seed=seed, log=log)
+        engine = Engine(scenario, seed=seed, log=log, session_ttl=session_ttl, max_sessions=max_sessions)
         engine.tracing = tracing
         yield engine
     finally:

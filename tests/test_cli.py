@@ -66,15 +66,18 @@ def test_an_invalid_scenario_stops_before_listening(run_proxy, tmp_path: Path):
     assert f"{scenario}:3: rules[0].fault.delay_ms" in proc.stderr.read()
 
 
-def test_a_port_in_use_is_a_clear_error(run_proxy):
+def test_a_port_in_use_is_a_clear_error(run_proxy, tmp_path: Path):
+    log = tmp_path / "log.jsonl"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run([*CHAOSPROXY, "run", "--upstream", "http://127.0.0.1:9", "--listen",
-                               f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=15)
+                               f"127.0.0.1:{port}", "--log", str(log)], capture_output=True, text=True, timeout=15)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    run, error = [json.loads(line) for line in log.read_text().splitlines()]  # the log says it never ran
+    assert (run["event"], error["event"]) == ("run", "error") and error["error"].startswith("did not start")
 
 
 @pytest.mark.parametrize("args,message", [
@@ -99,3 +102,13 @@ def test_demo_runs_end_to_end(tmp_path: Path):
     assert {f["api"] for f in faults if "api" in f} == {"anthropic"}
     report = log.with_suffix(".html")
     assert f"HTML report:      {report}" in proc.stdout and "<html" in report.read_text()
+
+
+def test_switches_read_the_environment(monkeypatch):
+    from chaosproxy.cli import build_parser
+    monkeypatch.setenv("CHAOSPROXY_WATCH", "1")
+    monkeypatch.setenv("CHAOSPROXY_VERBOSE", "true")
+    args = build_parser().parse_args(["run", "--upstream", "http://127.0.0.1:9"])
+    assert args.watch and args.verbose
+    monkeypatch.setenv("CHAOSPROXY_WATCH", "0")
+    assert not build_parser().parse_args(["run", "--upstream", "http://127.0.0.1:9"]).watch

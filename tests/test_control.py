@@ -7,6 +7,8 @@ import http.client
 import json
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from chaosproxy.client import ControlClient, ControlError
 from chaosproxy.control import ControlConfigError, ControlServer, is_loopback, scenario_json, serve_control
 from chaosproxy.reload import reload_scenario
 from chaosproxy.scenario import parse_scenario
-from tests.support import RunningProxy, ServerLoop, rule
+from tests.support import RunningProxy, ServerLoop, free_port, rule, wait_listening
 
 TOKEN = "s3cret-token"
 FLAKY = {"name": "flaky", "match": {"path": "/echo/flaky"}, "fault": {"type": "http_error", "status": 503}}
@@ -453,3 +455,34 @@ def test_events_readers_are_capped(controlled):
     while ctl.server._streams and time.monotonic() < deadline:
         time.sleep(0.02)
     assert ctl.get("/healthz")[0] == 200 and not ctl.server._streams
+
+
+def test_the_token_comes_from_a_file_and_stays_out_of_ps(upstream: str, tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    port, control = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "chaosproxy", "run", "--upstream", upstream, "--listen",
+                             f"127.0.0.1:{port}", "--control", f"127.0.0.1:{control}", "--control-token-file",
+                             str(token_file)], stderr=subprocess.PIPE)
+    try:
+        wait_listening(control, proc)
+        assert TOKEN not in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+        with pytest.raises(ControlError) as refused:
+            ControlClient(f"http://127.0.0.1:{control}", token="").get_scenario()
+        assert refused.value.status == 401
+        assert ControlClient(f"http://127.0.0.1:{control}", token=TOKEN).get_scenario() == {"rules": []}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    done = subprocess.run([sys.executable, "-m", "chaosproxy", "run", "--upstream", upstream, "--control",
+                           "127.0.0.1:0", "--control-token-file", str(empty)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2 and "is empty" in done.stderr
+
+
+def test_events_refuses_an_unknown_event_kind(controlled):
+    ctl = controlled()
+    status, body = ctl.get("/events?event=bogus")
+    assert status == 400 and "'bogus'" in body["error"] and "fault" in body["error"]

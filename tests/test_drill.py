@@ -354,3 +354,74 @@ def test_retrying_rides_out_transient_faults_that_fail_the_naive_agent(mcp_upstr
     assert naive.overall.perturbed.n >= 2 and retry.overall.perturbed.n >= 2
     assert retry.overall.perturbed.value == 1.0
     assert naive.overall.perturbed.value is not None and naive.overall.perturbed.value < 0.5
+
+
+def _parent_and_session(pid: int) -> tuple[int, int]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[3])
+
+
+async def test_the_launcher_forks_warm_proxies_that_serve_report_their_exit_and_die_with_it(
+        upstream: str, tmp_path: Path) -> None:
+    import asyncio
+    import re
+    import urllib.request
+
+    from chaosproxy.drill.launcher import Launcher
+
+    async def listening(stderr: Path) -> int:
+        pattern = re.compile(rb"listening on http://127\.0\.0\.1:(\d+) ")
+        async with asyncio.timeout(30):
+            while (found := pattern.search(stderr.read_bytes())) is None:
+                await asyncio.sleep(0.02)
+        return int(found.group(1))
+
+    launcher = await Launcher.start()
+    try:
+        argv = ["run", "--upstream", upstream, "--listen", "127.0.0.1:0",
+                "--log", str(tmp_path / "log.jsonl")]
+        first = await launcher.launch(argv, {"PATH": os.environ["PATH"]}, tmp_path / "first.stderr")
+        port = await listening(tmp_path / "first.stderr")
+        assert _parent_and_session(first.pid) == (launcher.proc.pid, first.pid)  # forked, own session
+        url = f"http://127.0.0.1:{port}/api/weather?city=lima"
+        reply = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert json.loads(reply)["city"] == "lima"
+        os.kill(first.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(first.wait(), 30) == 0  # stopped cleanly, and the launcher said so
+        assert '"event":"call"' in (tmp_path / "log.jsonl").read_text().replace(" ", "")
+        bad = await launcher.launch(["run", "--upstream", "ftp://x"], {}, tmp_path / "bad.stderr")
+        assert await asyncio.wait_for(bad.wait(), 30) == 2
+        assert "expected an http:// or https:// URL" in (tmp_path / "bad.stderr").read_text()
+        second = await launcher.launch(argv, {}, tmp_path / "second.stderr")
+        await listening(tmp_path / "second.stderr")
+    finally:
+        await launcher.close()
+    deadline = time.monotonic() + 10
+    while alive(second.pid):  # SIGKILLed with its launcher
+        assert time.monotonic() < deadline, "the proxy outlived its launcher"
+        await asyncio.sleep(0.05)
+
+
+def test_a_drill_with_no_clean_runs_still_reports(upstream: str, tmp_path: Path) -> None:
+    agent = write(tmp_path / "agent.py", "import os, urllib.request\n"
+                  "urllib.request.urlopen(os.environ['CHAOSPROXY_URL'] + '/health', timeout=5)\n")
+    err = write(tmp_path / "err.yaml", "rules: [{name: err, fault: {type: http_error}}]")
+    out = tmp_path / "d"
+    done = drill("--agent", python(agent), "--upstream", upstream, "--scenario", str(err), "--baseline", "0",
+                 "--timeout", "30", "--seed", "4", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert [r["label"] for r in results(out)] == ["err"]  # no clean run
+    report = subprocess.run([*CHAOSPROXY, "report", str(out), "--json", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert json.loads((tmp_path / "r.json").read_text())
+
+
+def test_a_drill_file_works_from_any_folder(mcp_upstream: str, tmp_path: Path) -> None:
+    """Its suite and its agent command are read from the file's folder, not the working directory."""
+    done = subprocess.run([*CHAOSPROXY, "drill", str(EXAMPLES / "drill.yaml"), "--upstream", mcp_upstream,
+                           "--randomize", "1", "--baseline", "1", "--jobs", "1", "--out", "d"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert [r["status"] for r in results(tmp_path / "d")] == ["passed", "passed"]

@@ -187,3 +187,13 @@ async def test_stream_cut_ignores_plain_responses(make_proxy):
     status, _, body = await fetch(proxy.url + "/health")
     assert (status, body) == (200, b"ok")
     assert proxy.events("fault") == []
+
+
+async def test_a_tool_rule_in_front_of_a_rest_api_says_once_that_it_cannot_match(make_proxy):
+    proxy = make_proxy(rule("mcp-only", {"type": "http_error", "status": 503}, match={"tool": "search"}))
+    for _ in range(3):
+        status, _, _ = await fetch(proxy.url + "/api/search", "POST", json={"query": "x"})
+        assert status == 200  # never fires on REST
+    [skip] = proxy.events("skip")
+    assert skip["rule"] == "mcp-only" and "JSON-RPC" in skip["reason"] and skip["path"] == "/api/search"
+    assert proxy.events("fault") == []

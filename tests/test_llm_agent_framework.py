@@ -4,22 +4,22 @@ its model API pointed at the proxy in front of the scripted model."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
-import agents
-import pytest
-from openai import AsyncOpenAI
+os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # before the SDK loads: it would export traces to the provider
+
+import agents  # noqa: E402
+import pytest  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
 
 from tests.llm_support import ScriptedLlm, call_lines, llm, rules  # noqa: F401
 
+agents.set_tracing_disabled(True)
+
 PROMPT = ("Plan my afternoon in Paris: check the weather first `call get_weather(city=Paris)` and then look "
           "for museum opening hours `call search_docs(query=museums)`, and summarize.")
-
-
-@pytest.fixture(autouse=True)
-def no_tracing() -> None:
-    agents.set_tracing_disabled(True)  # the SDK would otherwise export traces to the provider
 
 
 def run_agent(base: str, ran: list[tuple[str, dict[str, Any]]], *, stream: bool = False) -> str:

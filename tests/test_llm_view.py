@@ -36,3 +36,25 @@ def test_memory_is_bounded() -> None:
     for i in range(relay.MAX_REMEMBERED + 10):
         memory.said.remember(f"call_{i}", ("tool", "{}"))
     assert len(memory.said) == relay.MAX_REMEMBERED and "call_0" not in memory.said
+
+
+def test_a_relay_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from chaosproxy.engine import Engine
+    from chaosproxy.llm import openai_chat
+    from chaosproxy.log import PerturbationLog
+    from chaosproxy.message import Message, Phase
+
+    stream = io.BytesIO()
+    engine = Engine(parse_scenario("rules:\n  - name: r\n    fault: {type: prompt_typos}\n"), seed=1,
+                    log=PerturbationLog(stream, run_id="t", seed=1))
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hello there"}]}'
+
+    def broken(_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(openai_chat, "parse_request", broken)
+    msg = Message("http", Phase.REQUEST, http_method="POST", path="/v1/chat/completions", body=body)
+    assert relay.LlmRelay(engine).open(msg) is None and msg.body == body
+    assert b'"event":"error"' in stream.getvalue() and b"a bug" in stream.getvalue()

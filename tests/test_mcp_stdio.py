@@ -328,13 +328,15 @@ async def test_mcp_server_time_through_the_proxy(tmp_path: Path, mode: str):
 
 # --- faults on raw pipes ---------------------------------------------------------------------------
 
-def test_a_delay_holds_only_its_own_message(raw, tmp_path: Path, echo_server: list[str]):
+def test_a_delay_holds_the_messages_behind_it_as_a_slow_pipe(raw, tmp_path: Path, echo_server: list[str]):
     scenario = scenario_file(tmp_path, {"name": "slow", "match": {"method": "slow"},
                                         "fault": {"type": "latency", "delay_ms": 1500}})
     client = raw("--scenario", str(scenario), "--", *echo_server)
     assert client.read().startswith(b"server starting")
+    started = time.monotonic()
     client.send(rpc(1, "slow"), rpc(2, "fast"))
-    assert [json.loads(client.read())["id"] for _ in range(2)] == [2, 1]
+    assert [json.loads(client.read())["id"] for _ in range(2)] == [1, 2]  # nothing overtakes in a pipe
+    assert time.monotonic() - started >= 1.4
 
 
 def test_delayed_messages_still_arrive_when_the_agent_hangs_up(tmp_path: Path, echo_server: list[str]):

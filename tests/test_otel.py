@@ -94,7 +94,7 @@ def check_call_spans(receiver: Receiver, network: str) -> dict[str, Span]:
         assert attributes["mcp.protocol.version"]
         assert span.resource["chaosproxy.run_id"] and isinstance(span.resource["chaosproxy.seed"], int)
         assert span.resource["service.name"] == "chaosproxy"
-    assert "chaosproxy.fault.type" not in add.attributes and add.status == "UNSET"
+    assert "chaosproxy.fault.type" not in add.attributes and add.status == "UNSET", (add.attributes, add.status_message)
 
     assert search.attributes["chaosproxy.fault.type"] == "latency"
     assert search.attributes["chaosproxy.fault.rule"] == "slow-search"

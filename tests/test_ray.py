@@ -56,6 +56,7 @@ for city in ("lima", "oslo", "pune"):
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 # Loopback addresses Ray takes as they are (it swaps 127.0.0.1 for a routable one in a multi-node cluster).
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
+RUN_FILES = {"scenario.yaml", "log.jsonl", "agent.stdout", "agent.stderr", "proxy.stderr", "run.json"}
 
 
 def _start_node(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -176,14 +177,7 @@ def test_a_drill_on_a_ray_cluster_gives_the_local_executors_results(
     assert len(progress) == 10 and progress[-1].startswith("drill: 10/10 runs (")
     assert on_ray.stdout.split("\n\n")[0] == local.stdout.split("\n\n")[0]  # the same summary
     for run in ("run-1", "run-10"):
-        assert {p.name for p in (tmp_path / "ray" / run).iterdir()} == {
-            "scenario.yaml",
-            "log.jsonl",
-            "agent.stdout",
-            "agent.stderr",
-            "proxy.stderr",
-            "run.json",
-        }
+        assert {p.name for p in (tmp_path / "ray" / run).iterdir()} == RUN_FILES
     parents = {marker.name.split("-")[2] for marker in (tmp_path / "markers").iterdir()}
     assert len(parents) >= 3  # local runs' drill process, and Ray workers on both nodes
 
@@ -265,13 +259,6 @@ def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
     spec = RunSpec("run-3", "clean", "clean", "rules: []\n", 77)
     result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
     assert (result.run, result.status, result.seed) == ("run-3", "passed", 77)
-    assert files is not None and set(files) == {
-        "scenario.yaml",
-        "log.jsonl",
-        "agent.stdout",
-        "agent.stderr",
-        "proxy.stderr",
-        "run.json",
-    }
+    assert files is not None and set(files) == RUN_FILES
     assert files["scenario.yaml"] == b"rules: []\n" and json.loads(files["run.json"])["seed"] == 77
     assert not (tmp_path / "elsewhere").exists()

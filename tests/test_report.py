@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chaosproxy.report.behaviour import behaviour
+from chaosproxy.report.behaviour import behaviour, incidents
 from chaosproxy.report.build import build_report
 from chaosproxy.report.logfile import read_sessions
 from chaosproxy.report.profile import build_profile
@@ -104,6 +104,27 @@ def test_behaviour_counts_retries_recoveries_and_give_ups(log_file: Path) -> Non
     assert b.recovery_by_component["action"].recovered == 1
     assert b.faults_by_type == {"http_error": 2, "hang": 1, "unknown_tool": 1, "schema_drift": 1,
                                 "rpc_error": 1}
+
+
+def test_a_retry_blocked_before_its_tool_call_counts_and_incidents_follow_the_agent(tmp_path: Path) -> None:
+    """A retrying agent reconnects for each try: a 429 on initialize is a try too, and the search
+    that finally gets through, in a third session, ends the incident."""
+    log = LogWriter()
+    log.fault(0.1, "limit", "rate_limit", "respond", session="a", tool="search", rpc_id=2)
+    log.call(0.1, 5, session="a", method="tools/call", tool="search", rpc_id=2, status=429,
+             outcome="fault_response", faults=("limit",))
+    log.fault(0.3, "limit", "rate_limit", "respond", session="127.0.0.1", rpc_id=0)
+    log.call(0.3, 5, session="127.0.0.1", method="initialize", rpc_id=0, status=429, outcome="fault_response",
+             faults=("limit",))
+    log.call(0.6, 5, session="c", method="initialize", rpc_id=0)
+    log.call(0.7, 5, session="c", method="tools/call", tool="search", rpc_id=1)
+    [incident] = incidents(read_sessions(log.write(tmp_path / "log.jsonl")))
+    assert incident.retries == 2  # the blocked initialize, then the search that got through
+    r = behaviour(read_sessions(tmp_path / "log.jsonl")).recovery
+    assert (r.incidents, r.retried, r.recovered) == (1, 1, 1)
+    assert r.median_time_to_recovery_ms == pytest.approx(600, abs=1)
+    found = behaviour(read_sessions(tmp_path / "log.jsonl"))
+    assert found.faults_by_type == {"rate_limit": 2} and found.unattached_faults == 0
 
 
 def test_wilson_and_newcombe_intervals_match_the_published_values() -> None:

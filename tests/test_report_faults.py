@@ -8,13 +8,16 @@ them joined to a call.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx2
 import pytest
 import yaml
@@ -51,9 +54,27 @@ async def agent(session: Any) -> None:
     await session.call_tool("fail", {})
 
 
-def assert_every_fault_is_attached_once(log: Path, tmp_path: Path) -> None:
+REST: dict[str, Any] = {"rules": [
+    {"name": "down", "match": {"path": "/api/search"}, "first": 1, "fault": {"type": "http_error", "status": 503}},
+    {"name": "typos", "match": {"path": "/api/search"}, "fault": {"type": "typos", "rate": 0.3}},
+    {"name": "empty", "match": {"path": "/api/weather"}, "fault": {"type": "wrong_data", "mode": "empty"}},
+]}
+
+
+async def rest_agent(http: aiohttp.ClientSession, base: str, **kwargs: Any) -> None:
+    """A REST tool user: search (retried once after a 503), then the weather in two cities."""
+    for _ in range(2):
+        async with http.post(base + "/api/search", json={"query": "chaos"}, **kwargs) as response:
+            await response.read()
+    for city in ("oslo", "lima"):
+        async with http.get(base + "/api/weather", params={"city": city}, **kwargs) as response:
+            assert response.status == 200
+            await response.read()
+
+
+def assert_every_fault_is_attached_once(log: Path, tmp_path: Path, scenario: dict[str, Any] = SCENARIO) -> None:
     lines = [event for event in read_events(log) if event.get("event") == "fault"]
-    assert {line["rule"] for line in lines} == {rule["name"] for rule in SCENARIO["rules"]}
+    assert {line["rule"] for line in lines} == {rule["name"] for rule in scenario["rules"]}
     sessions = read_sessions(log)
     assert [fault for session in sessions for fault in session.unattached] == []
     assert sum(len(call.faults) for session in sessions for call in session.calls) == len(lines)
@@ -64,6 +85,22 @@ def assert_every_fault_is_attached_once(log: Path, tmp_path: Path) -> None:
     assert sum(behaviour["faults_by_type"].values()) == len(lines)
     assert behaviour["unattached_faults"] == 0
     assert behaviour["disrupted_calls"] >= 1  # the duplicate's error route
+
+
+async def test_a_rest_tool_api(make_proxy, tmp_path):
+    """Faults on plain JSON response bodies are decided per message, yet each joins its call."""
+    proxy = make_proxy(REST)
+    async with aiohttp.ClientSession() as http:
+        await rest_agent(http, proxy.url)
+    assert_every_fault_is_attached_once(proxy.log_path, tmp_path, REST)
+
+
+async def test_a_rest_tool_api_through_mitm(server_loop, upstream, tmp_path):
+    log = tmp_path / "log.jsonl"
+    with running_mitm(server_loop, REST, log, tmp_path) as proxy_url:
+        async with aiohttp.ClientSession() as http:
+            await rest_agent(http, upstream.replace("127.0.0.1", "localhost"), proxy=proxy_url)
+    assert_every_fault_is_attached_once(log, tmp_path, REST)
 
 
 @pytest.mark.parametrize("path,mode", [("/mcp", "auto"), ("/mcp", "legacy"), ("/sse", "legacy")])
@@ -85,20 +122,27 @@ async def test_mcp_over_stdio(tmp_path):
     assert_every_fault_is_attached_once(log, tmp_path)
 
 
-async def test_mcp_through_mitm(server_loop, mcp_http, tmp_path):
-    """The agent reaches its MCP server through `chaosproxy mitm` as its HTTP proxy."""
-    log = tmp_path / "log.jsonl"
+@contextlib.contextmanager
+def running_mitm(server_loop: Any, scenario: dict[str, Any], log: Path, tmp_path: Path) -> Iterator[str]:
+    """`chaosproxy mitm` for localhost with this scenario; yields its proxy URL."""
     perturbations = PerturbationLog(io.FileIO(log, "w"), run_id="test", seed=7)
-    engine = Engine(parse_scenario(yaml.safe_dump(SCENARIO)), seed=7, log=perturbations)
+    engine = Engine(parse_scenario(yaml.safe_dump(scenario)), seed=7, log=perturbations)
     mitm = MitmProxy(engine, HostPatterns.parse("localhost"), confdir=ca_directory(tmp_path))
     port = server_loop.run(mitm.start("127.0.0.1", 0))
     try:
-        upstream = mcp_http.replace("127.0.0.1", "localhost") + "/mcp"
-        http = httpx2.AsyncClient(proxy=f"http://127.0.0.1:{port}", timeout=30)
-        async with http, Client(streamable_http_client(upstream, http_client=http), mode="legacy") as session:
-            await agent(session)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server_loop.run(mitm.stop())
         perturbations.close()
+
+
+async def test_mcp_through_mitm(server_loop, mcp_http, tmp_path):
+    """The agent reaches its MCP server through `chaosproxy mitm` as its HTTP proxy."""
+    log = tmp_path / "log.jsonl"
+    with running_mitm(server_loop, SCENARIO, log, tmp_path) as proxy_url:
+        upstream = mcp_http.replace("127.0.0.1", "localhost") + "/mcp"
+        http = httpx2.AsyncClient(proxy=proxy_url, timeout=30)
+        async with http, Client(streamable_http_client(upstream, http_client=http), mode="legacy") as session:
+            await agent(session)
     assert {event["transport"] for event in read_events(log) if event.get("event") == "fault"} == {"mitm"}
     assert_every_fault_is_attached_once(log, tmp_path)

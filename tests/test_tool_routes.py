@@ -26,6 +26,11 @@ RESHAPERS: dict[str, dict[str, Any]] = {
 }
 
 
+def in_order(*rules: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """A scenario of these (name, fault) rules, which act on a tool list in this order."""
+    return {"rules": [{"name": name, "fault": fault} for name, fault in rules]}
+
+
 def arguments_for(schema: dict[str, Any]) -> dict[str, Any]:
     """Arguments in the shape the agent was shown: every parameter a city name (weather's only one)."""
     return {name: "Oslo" for name in (schema.get("properties") or {})}
@@ -36,8 +41,7 @@ def arguments_for(schema: dict[str, Any]) -> dict[str, Any]:
 async def test_two_faults_on_one_tool_compose_in_either_order(make_proxy, mcp_http, first, second):
     """Every name shown is callable with the schema shown, or fails exactly as its fault says:
     duplicate_tool's route: error answers the tool's calls with a tool error."""
-    proxy = make_proxy({"rules": [{"name": first, "fault": RESHAPERS[first]},
-                                  {"name": second, "fault": RESHAPERS[second]}]}, to=mcp_http)
+    proxy = make_proxy(in_order((first, RESHAPERS[first]), (second, RESHAPERS[second])), to=mcp_http)
     outcomes: dict[str, str] = {}
     async with client(proxy.url + "/mcp") as session:
         shown = [tool for tool in (await session.list_tools()).tools if "weather" in tool.name]
@@ -59,10 +63,8 @@ async def test_two_faults_on_one_tool_compose_in_either_order(make_proxy, mcp_ht
 
 async def test_rename_then_drift_reaches_the_real_tool_with_real_arguments(make_proxy, mcp_http):
     """The case from the issue: the drift used to overwrite the rename's route (Unknown tool)."""
-    proxy = make_proxy({"rules": [{"name": "rename", "fault": {"type": "rename_tool", "tool": "weather",
-                                                               "to": "forecast"}},
-                                  {"name": "drift", "fault": {"type": "input_schema_drift", "tool": "forecast"}}]},
-                       to=mcp_http)
+    proxy = make_proxy(in_order(("rename", {"type": "rename_tool", "tool": "weather", "to": "forecast"}),
+                                ("drift", {"type": "input_schema_drift", "tool": "forecast"})), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert "weather" not in tools and list(tools["forecast"].input_schema["properties"]) == ["city_v2"]
@@ -73,10 +75,8 @@ async def test_rename_then_drift_reaches_the_real_tool_with_real_arguments(make_
 
 
 async def test_duplicate_error_route_survives_a_later_drift(make_proxy, mcp_http):
-    proxy = make_proxy({"rules": [{"name": "dup", "fault": {"type": "duplicate_tool", "tool": "weather",
-                                                            "route": "error"}},
-                                  {"name": "drift", "fault": {"type": "input_schema_drift", "tool": "weather"}}]},
-                       to=mcp_http)
+    proxy = make_proxy(in_order(("dup", {"type": "duplicate_tool", "tool": "weather", "route": "error"}),
+                                ("drift", {"type": "input_schema_drift", "tool": "weather"})), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
         await session.list_tools()
         result = await session.call_tool("weather", {"city_v2": "Lima"})
@@ -105,8 +105,8 @@ async def _raw_call(url: str, name: str, arguments: dict[str, Any]) -> dict[str,
 
 
 async def test_routes_follow_the_agent_across_a_reconnect(make_proxy, mcp_http):
-    proxy = make_proxy({"rules": [{"name": "rename", "fault": {"type": "rename_tool", "tool": "weather",
-                                                               "to": "forecast"}}]}, to=mcp_http)
+    proxy = make_proxy(in_order(("rename", {"type": "rename_tool", "tool": "weather", "to": "forecast"})),
+                       to=mcp_http)
     async with client(proxy.url + "/mcp", "legacy") as session:
         assert "forecast" in {tool.name for tool in (await session.list_tools()).tools}
     # The agent lost its session and reconnects under a new Mcp-Session-Id, calling what it was shown.
@@ -118,7 +118,7 @@ async def test_routes_follow_the_agent_across_a_reconnect(make_proxy, mcp_http):
 
 async def test_a_made_up_tool_gives_its_name_back_to_a_real_tool_on_a_later_page(make_proxy, mcp_paged):
     """tool_flood pads page one before the proxy has seen page three, which lists search_tickets."""
-    proxy = make_proxy({"rules": [{"name": "flood", "fault": {"type": "tool_flood", "count": 300}}]}, to=mcp_paged)
+    proxy = make_proxy(in_order(("flood", {"type": "tool_flood", "count": 300})), to=mcp_paged)
 
     async def every_page(session: Any) -> list[Any]:
         tools, cursor = [], None

@@ -115,9 +115,14 @@ class Call(Exchange):
         self.upstream_headers: Headers = []  # added to the request sent upstream (e.g. traceparent)
 
     def finish(self, engine: Engine) -> None:
+        """Here a call ends: its call line (and its span, when tracing) is written, exactly once."""
         if not self.logged:
             self.logged = True
-            log_call(engine, self.msg.transport, self.msg, self)
+            msg = self.msg
+            log_call(engine, msg.transport, msg, self)
+            if msg.http_method == "DELETE" and self.status is not None and self.status < 300 and \
+                    "Mcp-Session-Id" in msg.headers:  # the agent ended its MCP session: its state goes
+                engine.end_session(msg.session)
 
 
 class Route:
@@ -239,7 +244,7 @@ class HttpProxy:
                 self._respond(exchange, call, Respond(404, body, {"Content-Type": "application/json"}))
                 return
             upstream_target = route.base_path + target.encode("latin-1")
-            if not self.engine.could_act(msg) and not head.upgrade:
+            if not self.engine.could_act(msg) and not head.upgrade and not self.engine.tracing.on:
                 Passthrough(self, exchange, call, route, upstream_target).start()
                 return
             inspection = Inspection(self, exchange, call, route, upstream_target)
@@ -582,6 +587,14 @@ class Inspection:
         headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
         if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
             headers = without(headers, b"expect")
+        if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
+            traced = engine.tracing.start(msg, network="tcp", url=self.route.upstream + self.target.decode(
+                "latin-1").removeprefix(self.route.base_path.decode()), session_id=msg.session
+                if msg.session != exchange.peer else None)
+            names = {name.lower().encode() for name in traced}
+            headers = [*without(headers, *names), *((n.encode(), v.encode("latin-1")) for n, v in traced.items())]
+            if body is not None and msg.body is not body:
+                body = msg.body
         llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.active(Phase.REQUEST):
             original = msg.body
@@ -835,6 +848,8 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
         duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
         faults=exchange.faults, **fields,
     )
+    if msg.trace is not None:
+        msg.trace.end(exchange.outcome, status=exchange.status)
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:

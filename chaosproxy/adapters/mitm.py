@@ -39,6 +39,8 @@ from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respo
 from chaosproxy.adapters.http import RULE_BODY_LIMIT, SMALL_BODY, Exchange, is_text, log_call, reset_transport
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
+from chaosproxy.llm.relay import LlmExchange, LlmRelay
+from chaosproxy.llm.stream import Editor
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
@@ -149,11 +151,12 @@ def ca_directory(confdir: Path | None) -> Path:
 class _Flow(Exchange):
     """One intercepted request: the call log's record, the engine's message, and where its answer stands."""
 
-    __slots__ = ("msg", "decided", "read_whole", "hold", "cut", "logged")
+    __slots__ = ("msg", "llm", "decided", "read_whole", "hold", "cut", "logged")
 
     def __init__(self, msg: Message) -> None:
         super().__init__()
         self.msg = msg
+        self.llm: LlmExchange | None = None  # a model-API request (chaosproxy.llm)
         self.decided = False  # decided at requestheaders when the body streams, else at request
         self.read_whole = False  # a buffered body whose JSON-RPC messages are decided at the response hook
         self.hold = False  # a stream cut with then: idle stays open until the agent gives up
@@ -168,6 +171,7 @@ class ChaosAddon:
         self.engine = engine
         self.hosts = hosts
         self.relay = JsonRpcRelay(engine, TRANSPORT, _NO_UPSTREAM)
+        self.llm = LlmRelay(engine)
         self.proxyserver: proxyserver.Proxyserver | None = None  # set by MitmProxy, for _Wire
         self._gone: dict[str, asyncio.Event] = {}  # client id -> set when it disconnects
         self._stopping = False
@@ -216,13 +220,14 @@ class ChaosAddon:
         reply = Message(TRANSPORT, Phase.RESPONSE, session=state.msg.session, http_method=state.msg.http_method,
                         path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
                         route=state.msg.route)
+        reply.api, reply.model, reply.turn = state.msg.api, state.msg.model, state.msg.turn
         if self.engine.active(Phase.RESPONSE):
             actions = [fired.action for fired in self._decide(reply, state, messages=False)]
         for action in actions:
             if isinstance(action, Delay):
                 await asyncio.sleep(action.seconds)
         shaping = [action for action in actions if isinstance(action, Drip | Truncate | Reset | CutStream)]
-        per_message = self.engine.active(Phase.RESPONSE, wire=False)
+        per_message = self.engine.active(Phase.RESPONSE, wire=False) if state.llm is None else state.llm.watching
         # A body of unknown length (chunked) is read whole only when a rule may act on this very
         # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
         read_whole = per_message and not is_stream and is_text(content_type) and (
@@ -232,9 +237,12 @@ class ChaosAddon:
             return
         stages: list[_Stage] = []
         if read_whole:  # the body may change under the shaping that follows: no length can be promised
-            stages.append(_WholeBody(self.relay, state.msg, headers))
+            stages.append(_WholeBody(lambda body: self._relay_body(body, state, headers), state.msg))
             headers.pop("content-length", None)
             headers["transfer-encoding"] = "chunked"
+        elif is_stream and state.llm is not None:
+            if (editor := state.llm.stream_editor(headers)) is not None:
+                stages.append(_LlmEvents(editor))
         elif is_stream and per_message:
             stages.append(_SseMessages(self.relay, state.msg))
         response.stream = self._shaper(flow, state, stages, shaping, length)
@@ -248,7 +256,7 @@ class ChaosAddon:
         if not response.stream and state.outcome != "fault_response":
             body = response.raw_content or b""
             if state.read_whole:
-                body = self.relay.relay_body(body, state.msg, response.headers)  # type: ignore[arg-type]
+                body = self._relay_body(body, state, response.headers)
                 _set_body(response, body)
             state.bytes_out = len(body)
         if state.hold:
@@ -277,6 +285,7 @@ class ChaosAddon:
     async def _on_request(self, flow: http.HTTPFlow, state: _Flow) -> None:
         state.decided = True
         msg = state.msg
+        state.llm = llm = self.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if self.engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg, state):
@@ -307,8 +316,21 @@ class ChaosAddon:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 _set_body(flow.request, msg.body or b"")
                 _mirror_rpc_headers(flow.request.headers, msg)
+        if llm is not None:
+            original, llm.faults = msg.body, state.faults
+            llm.rewrite_request()
+            if msg.body is not original:
+                _set_body(flow.request, msg.body or b"")
+            if llm.watching:  # the reply will be read: ask for it uncompressed
+                flow.request.headers["accept-encoding"] = "identity"
         if msg.body is not None and self.relay.watching:
             self.relay.expect(msg)
+
+    def _relay_body(self, body: bytes, state: _Flow, headers: http.Headers) -> bytes:
+        """A whole reply through the relay that understands it: model API, or JSON-RPC."""
+        if state.llm is not None:
+            return state.llm.relay_body(body, state.status, headers)
+        return self.relay.relay_body(body, state.msg, headers)  # type: ignore[arg-type]
 
     def _respond(self, flow: http.HTTPFlow, respond: Respond, state: _Flow) -> None:
         flow.request.stream = False  # mitmproxy answers only once the request body is in
@@ -479,8 +501,8 @@ class _Shaper:
 class _WholeBody(_Stage):
     """The whole body, its JSON-RPC message decided on once it is in."""
 
-    def __init__(self, relay: JsonRpcRelay, request: Message, headers: http.Headers) -> None:
-        self.relay, self.request, self.headers = relay, request, headers
+    def __init__(self, decide: Callable[[bytes], bytes], request: Message) -> None:
+        self.decide, self.request = decide, request
         self.parts: list[bytes] | None = []
         self.size = 0
 
@@ -496,7 +518,22 @@ class _WholeBody(_Stage):
             return held
         if not end:
             return []
-        return [self.relay.relay_body(b"".join(self.parts), self.request, self.headers)]  # type: ignore[arg-type]
+        return [self.decide(b"".join(self.parts))]
+
+
+class _LlmEvents(_Stage):
+    """A model API's streamed reply through its format's editor, event by event."""
+
+    def __init__(self, editor: Editor) -> None:
+        self.editor = editor
+        self.splitter = streams.SseSplitter()
+
+    def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
+        events = [event for chunk in chunks for event in self.splitter.feed(chunk)]
+        if end and (rest := self.splitter.rest()):
+            events.append(rest)
+        out = [piece for event in events for piece in self.editor.feed(event)]
+        return out + self.editor.finish() if end and not self.editor.ended else out
 
 
 class _SseMessages(_Stage):

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -35,6 +37,9 @@ CLOSE_GRACE = 10.0  # after its stdin closes, how long the server may finish its
 KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL; after SIGKILL, before giving up on it
 DRAIN_GRACE = 1.0  # after the server exits, how long its last lines may take (a grandchild may hold the pipe)
 EXIT_CRASHED = 1  # our exit status after a reset: the agent saw the server die
+MAX_LINE = 16 << 20  # a longer line passes through in pieces, unexamined: it is never held whole
+LANE_DEPTH = 1000  # messages a direction may hold behind a delay before it stops reading, as a full pipe does
+PR_SET_PDEATHSIG = 1
 HTTP_ERROR = -32000  # what an HTTP bridge in front of a stdio server reports for an HTTP error
 
 
@@ -47,13 +52,26 @@ class SpawnError(Exception):
 
 
 def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start the server with pipes for stdin and stdout; stderr and the environment are ours."""
+    """Start the server with pipes for stdin and stdout; stderr and the environment are ours.
+
+    On Linux the server is killed if the relay dies without stopping it (SIGKILL from the host):
+    it must never outlive the relay as an orphan.
+    """
     try:
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     except FileNotFoundError:
         raise SpawnError(127, f"chaosproxy stdio: {command[0]}: command not found") from None
     except OSError as exc:
         raise SpawnError(126, f"chaosproxy stdio: cannot run {command[0]}: {exc.strerror or exc}") from None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent goes (and at once if it already went)."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -120,6 +138,43 @@ class _Pipe:
             await asyncio.wait_for(self._writer.wait_closed(), timeout)
 
 
+class _Lane:
+    """One direction's deliveries, in order, as through a slow pipe: a message a delay holds holds
+    the ones after it too (head-of-line), and none overtakes another. A message's delay runs from
+    when it arrived, so a steady stream under `latency` keeps its rate and arrives late, not slower."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._tail: asyncio.Task[None] | None = None
+
+    async def deliver(self, work: Callable[[], Awaitable[None]], *, waits: bool) -> None:
+        """Carry out `work` in turn: at once when nothing is held and it does not wait, else behind the
+        held ones (the reader goes on meanwhile, up to LANE_DEPTH held messages)."""
+        if not waits and (self._tail is None or self._tail.done()):
+            await work()
+            return
+        previous = self._tail
+
+        async def in_turn() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            await work()
+
+        task = self._tail = asyncio.create_task(in_turn())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        if len(self.tasks) > LANE_DEPTH:
+            await asyncio.wait([task])
+
+    async def idle(self) -> None:
+        if self._tail is not None:
+            await asyncio.wait([self._tail])
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
 class StdioRelay:
     """One agent, one server process: relays lines both ways and carries out the engine's decisions."""
 
@@ -130,14 +185,15 @@ class StdioRelay:
         self.session = session
         self.close_grace = close_grace
         self._pending: dict[Any, _Call] = {}  # oldest first
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._lanes = {Phase.REQUEST: _Lane(), Phase.RESPONSE: _Lane()}
         self._crashed = asyncio.Event()
 
     async def run(self, agent_in: int, agent_out: int) -> int:
         """Relay until the server exits, the agent hangs up or a reset; the fds become the relay's.
 
-        SIGINT and SIGTERM are passed on to the server, as if the client had signalled it directly.
-        Returns the status to exit with: the server's, or EXIT_CRASHED after a reset.
+        SIGINT and SIGTERM are passed on to the server, as if the client had signalled it directly;
+        one that ignores them is killed after KILL_GRACE. Returns the status to exit with: the
+        server's, or EXIT_CRASHED after a reset.
         """
         loop = asyncio.get_running_loop()
         in_fd, _ = _as_pipe(agent_in, reading=True)
@@ -153,11 +209,13 @@ class StdioRelay:
         replies = asyncio.create_task(self._pump(server_lines, Phase.RESPONSE))
         crashed = asyncio.create_task(self._crashed.wait())
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.server.send_signal, sig)
+            loop.add_signal_handler(sig, self._pass_on, sig, exited)
         try:
             await asyncio.wait([exited, requests, crashed], return_when=asyncio.FIRST_COMPLETED)
             requests.cancel()  # the agent hung up, the server is gone, or a reset
             agent_reading.close()
+            if exited.done():  # requests held by a delay have no one to go to: the agent learns at once
+                self._lanes[Phase.REQUEST].cancel()
             await self._settle()
             await self._stop_server(exited)
             await asyncio.wait([replies], timeout=DRAIN_GRACE)  # relay what it said before it exited
@@ -165,13 +223,16 @@ class StdioRelay:
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            for task in (requests, replies, crashed, *self._tasks):
+            for task in (requests, replies, crashed):
                 task.cancel()
+            for lane in self._lanes.values():
+                lane.cancel()
             await self._to_agent.wait_closed(DRAIN_GRACE)
             if out_copier is not None:
                 await asyncio.to_thread(out_copier.join, DRAIN_GRACE)
             for call in list(self._pending.values()):
                 self._finish(call, "unanswered")
+            self.engine.end_session(self.session)  # one agent per relay: its session ends with it
         status = exit_status(self.server.returncode)
         if status:
             ops.warning("server command exited with status %d", status)
@@ -179,8 +240,21 @@ class StdioRelay:
 
     async def _settle(self) -> None:
         """Let the messages a delay holds arrive (bounded) before the pipe they go to closes."""
-        if self._tasks and not self._crashed.is_set():
-            await asyncio.wait(list(self._tasks), timeout=self.close_grace)
+        held = [task for lane in self._lanes.values() for task in lane.tasks]
+        if held and not self._crashed.is_set():
+            await asyncio.wait(held, timeout=self.close_grace)
+
+    def _pass_on(self, sig: int, exited: asyncio.Future[int]) -> None:
+        """A signal for the relay goes to the server; SIGKILL follows if it is still there after KILL_GRACE."""
+        if exited.done():
+            return
+        self.server.send_signal(sig)
+        asyncio.get_running_loop().call_later(KILL_GRACE, self._kill_lingering, exited)
+
+    def _kill_lingering(self, exited: asyncio.Future[int]) -> None:
+        if not exited.done() and self.server.poll() is None:
+            ops.warning("server (pid %d) ignored the signal for %g s; sending SIGKILL", self.server.pid, KILL_GRACE)
+            self.server.kill()
 
     async def _stop_server(self, exited: asyncio.Future[int]) -> None:
         """Close its stdin, as MCP clients do to end a session; SIGTERM, then SIGKILL, if it lingers."""
@@ -194,19 +268,34 @@ class StdioRelay:
             if exited.done():
                 return
 
-    async def _pump(self, lines: AsyncIterator[bytes], phase: Phase) -> None:
-        """Relay one direction line by line: as is when no rule can act on it, else via the engine."""
+    async def _pump(self, lines: AsyncIterator[tuple[bytes, bool]], phase: Phase) -> None:
+        """Relay one direction line by line: as is when no rule can act on it, else via the engine.
+
+        A line over MAX_LINE comes in pieces and goes out as they come, in turn, unexamined.
+        """
         pipe = self._to_server if phase is Phase.REQUEST else self._to_agent
-        async for line in lines:
+        lane = self._lanes[phase]
+        oversize = False
+        async for line, whole in lines:
+            if not whole or oversize:
+                if not oversize:
+                    oversize = True
+                    self.engine.log.skip(rule=None, transport=TRANSPORT, session=self.session, phase=phase,
+                                         reason=f"a line over {MAX_LINE >> 20} MiB passes through unexamined")
+                await lane.idle()
+                await pipe.send(line)
+                oversize = not whole
+                continue
             msg = Message(TRANSPORT, phase, session=self.session, body=line.rstrip(b"\r\n"))
             if self.engine.active(phase):
-                await self._decide(msg, line, pipe)
+                await self._decide(msg, line, pipe, lane)
             elif phase is Phase.REQUEST:
                 self._track(msg)  # before the server can answer it
-                await pipe.send(line if msg.trace is None else msg.body + b"\n")  # msg.body: with our _meta
+                out = line if msg.trace is None else msg.body + b"\n"  # msg.body: with our _meta
+                await lane.deliver(lambda out=out: pipe.send(out), waits=False)
             else:
-                await pipe.send(line)  # parsed only after it is on its way, for the call log
-                self._finish(self._track(msg), reply=msg.rpc)
+                await lane.deliver(lambda line=line: pipe.send(line), waits=False)
+                self._finish(self._track(msg), reply=msg.rpc)  # parsed only after it is on its way
 
     def _track(self, msg: Message) -> _Call | None:
         """Pair the agent's requests with the server's replies by JSON-RPC id, for rules and the call log.
@@ -233,8 +322,8 @@ class StdioRelay:
             msg.request = answered.request
         return answered
 
-    async def _decide(self, msg: Message, line: bytes, pipe: _Pipe) -> None:
-        """Ask the engine about one line and carry out its answer; a wait holds only this line."""
+    async def _decide(self, msg: Message, line: bytes, pipe: _Pipe, lane: _Lane) -> None:
+        """Ask the engine about one line and carry out its answer, in turn with the lines before it."""
         original = msg.body
         assert original is not None
         call = self._track(msg)
@@ -242,25 +331,29 @@ class StdioRelay:
         if call is not None:
             call.faults.extend(f.rule.name for f in fired)
         actions = [f.action for f in fired]
-        act = self._act(msg, line, original, actions, call, pipe)
-        if any(_waits(action) for action in actions):
-            task = asyncio.create_task(act)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        else:
-            await act
+        arrived = time.monotonic()
+        await lane.deliver(lambda: self._act(msg, line, original, actions, call, pipe, arrived),
+                           waits=any(_waits(action) for action in actions))
 
     async def _act(self, msg: Message, line: bytes, original: bytes, actions: list[Action],
-                   call: _Call | None, pipe: _Pipe) -> None:
+                   call: _Call | None, pipe: _Pipe, arrived: float) -> None:
         """Carry out the fired faults' actions on one message, in rule order (fail open on a bug)."""
         try:
-            await self._carry_out(msg, line, original, actions, call, pipe)
+            await self._carry_out(msg, line, original, actions, call, pipe, arrived)
         except Exception:
             ops.exception("stdio: carrying out %s failed; passing the line through", actions)
             await pipe.send(line)
 
     async def _carry_out(self, msg: Message, line: bytes, original: bytes, actions: list[Action],
-                         call: _Call | None, pipe: _Pipe) -> None:
+                         call: _Call | None, pipe: _Pipe, arrived: float) -> None:
+        """Waits run from when the message arrived (`arrived`), not from when its turn came."""
+        due = arrived
+
+        async def wait(seconds: float) -> None:
+            nonlocal due
+            due += seconds
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+
         newline = line[len(original):]
         rewritten = msg.body if msg.body is not original else None  # a Rewrite replaced the body
         payload = line if rewritten is None else rewritten + newline
@@ -270,13 +363,13 @@ class StdioRelay:
         for action in actions:
             match action:
                 case Delay(seconds):
-                    await asyncio.sleep(seconds)
+                    await wait(seconds)
                 case Hang(release_after=seconds):
                     if seconds is None:
                         return self._finish(call, "hang")
-                    await asyncio.sleep(seconds)
+                    await wait(seconds)
                 case Reply(message, delay):
-                    await asyncio.sleep(delay)
+                    await wait(delay)
                     await self._to_agent.send(orjson.dumps(message) + b"\n")
                     return self._finish(call, "fault_response")
                 case Respond(status, body):
@@ -343,13 +436,16 @@ def _http_error(msg: Message, status: int, body: bytes) -> bytes | None:
     return orjson.dumps(error_reply(msg, HTTP_ERROR, f"HTTP {status}: {text}")) + b"\n"
 
 
-async def _lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    """Each line as soon as it is complete, with its newline (the last may lack one).
+async def _lines(reader: asyncio.StreamReader, limit: int = MAX_LINE) -> AsyncIterator[tuple[bytes, bool]]:
+    """(line, True) for each line as soon as it is complete, with its newline (the last may lack one).
 
-    A line longer than the reader's buffer is gathered piece by piece: only that line is held.
+    A line longer than the reader's buffer is gathered piece by piece, up to `limit`; a longer one
+    (a runaway line, binary garbage without newlines) comes as (piece, False) ... (last piece, True),
+    so that no more than `limit` bytes are ever held.
     """
     while True:
         parts: list[bytes] = []
+        held = 0
         try:
             while True:
                 try:
@@ -357,14 +453,18 @@ async def _lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
                     break
                 except asyncio.LimitOverrunError as exc:
                     parts.append(await reader.readexactly(exc.consumed))
+                    held += exc.consumed
+                    if held > limit:
+                        yield b"".join(parts), False
+                        parts, held = [], 0
         except asyncio.IncompleteReadError as exc:
             parts.append(exc.partial)
             if line := b"".join(parts):
-                yield line
+                yield line, True
             return
         except OSError:
             return
-        yield parts[0] if len(parts) == 1 else b"".join(parts)
+        yield parts[0] if len(parts) == 1 else b"".join(parts), True
 
 
 async def _open_reader(pipe: IO[bytes]) -> tuple[AsyncIterator[bytes], asyncio.BaseTransport]:

@@ -1,4 +1,4 @@
-"""`chaosproxy demo`: the whole story in about a minute, in one process, with no arguments.
+"""`chaosproxy demo`: the whole story in a few seconds, in one process, with no arguments.
 
 One proxy, one bundled scenario (data/demo.yaml), three routes and three scripted agents: a REST tool
 API (latency, an outage, a hang, a cut body and a cut feed), an MCP server (a duplicate and

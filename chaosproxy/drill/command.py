@@ -126,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> Any:
     from chaosproxy.drill.config import DrillConfig, load_config
 
-    return load_config(args.file, {key: getattr(args, key) for key in DrillConfig.model_fields})
+    return load_config(args.file, {key: getattr(args, key, None) for key in DrillConfig.model_fields})
 
 
 def _plan(args: argparse.Namespace) -> int:

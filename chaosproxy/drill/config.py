@@ -27,7 +27,7 @@ class DrillConfig(BaseModel):
     suite: Path | None = None
     randomize: int = Field(0, ge=0)
     repeat: int = Field(1, ge=1)
-    baseline: int | None = Field(None, ge=1)  # clean runs; unset: as many as `repeat`
+    baseline: int | None = Field(None, ge=0)  # clean runs (0: none); unset: as many as `repeat`
     timeout: float = Field(120, gt=0)
     jobs: int = Field(1, ge=1)
     judge: str | None = None
@@ -36,6 +36,7 @@ class DrillConfig(BaseModel):
     executor: Literal["local", "ray"] = "local"  # local processes, or a Ray task per run
     ray_address: str | None = None  # the cluster to join; unset: RAY_ADDRESS, else a local one
     ray_num_cpus: float = Field(1, gt=0)  # CPUs each run's task reserves on its node
+    workdir: Path | None = None  # where the agent and judge run; a drill file's folder when it names them
 
     @field_validator("agent", "stdio", "judge")
     @classmethod
@@ -79,10 +80,23 @@ def load_config(drill_file: Path | None, overrides: dict[str, Any]) -> DrillConf
             raise ScenarioError([f"{drill_file}: cannot read the drill: {exc}"]) from None
         if not isinstance(loaded, dict):
             raise ScenarioError([f"{drill_file}: a drill file is a mapping (agent:, upstream:, ...)"])
-        data = loaded
+        data = _relative_to(loaded, drill_file.parent)
     data |= {key: value for key, value in overrides.items() if value not in (None, [])}
+    if drill_file is not None and "agent" in data and overrides.get("agent") is None:
+        data.setdefault("workdir", drill_file.parent)  # the file's agent command runs beside the file
     try:
         return DrillConfig.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError([f"{source}: {'.'.join(map(str, e['loc'])) or 'drill'}: "
                              f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]) from None
+
+
+def _relative_to(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A drill file's paths are read from the file's own folder, so the file works from any directory."""
+    data = dict(data)
+    for key in ("suite", "out", "workdir"):
+        if isinstance(data.get(key), str):
+            data[key] = folder / data[key]
+    if isinstance(data.get("scenarios"), list):
+        data["scenarios"] = [folder / p if isinstance(p, str) else p for p in data["scenarios"]]
+    return data

@@ -45,6 +45,7 @@ def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, li
     if shard is not None:
         settings["shard"] = {"index": shard.index, "count": shard.count, "runs": len(chosen)}
     (folder / DRILL_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    (folder / RESULTS_FILE).touch()  # a shard may have no run, and is still a drill's folder
     progress = Progress(len(chosen))
     if config.executor == "ray":
         from chaosproxy.drill.ray_executor import execute_on_ray

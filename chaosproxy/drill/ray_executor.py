@@ -115,7 +115,7 @@ def execute_on_ray(
     task = ray.remote(carry_out).options(
         num_cpus=config.ray_num_cpus, max_retries=RETRIES, retry_exceptions=False
     )
-    digest, cwd = _digest(results_path.parent / DRILL_FILE), os.getcwd()
+    digest, cwd = _digest(results_path.parent / DRILL_FILE), str(config.workdir or os.getcwd())
     refs = {task.remote(run.spec, run.config, str(run.folder), digest, cwd): run for run in runs}
     results: dict[str, RunResult] = {}
     pending = list(refs)

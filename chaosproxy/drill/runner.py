@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from yarl import URL
 
 from chaosproxy.drill.config import DrillConfig
+from chaosproxy.drill.launcher import LaunchedProcess, Launcher
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.report.logfile import read_events
@@ -62,6 +63,7 @@ class RunResult:
     exit_code: int | None = None
     judge_exit: int | None = None
     duration_s: float = 0.0
+    proxy_start_s: float | None = None  # from starting the run's proxy to its listening (--upstream runs)
     faults: dict[str, int] = field(default_factory=dict)
     components: dict[str, int] = field(default_factory=dict)
     error: str | None = None
@@ -97,7 +99,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
 class _Group:
     """A process started as the leader of its own group, so it is stopped with all its children."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process | LaunchedProcess) -> None:
         self.proc = proc
         self.ended = False
 
@@ -147,7 +149,8 @@ class Run:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
-        self.cwd = cwd  # where the agent and the judge run (their relative paths); None: here
+        self.cwd = cwd or config.workdir  # where the agent and the judge run (their relative paths); None: here
+        self.launcher: Launcher | None = None  # forks the run's proxy warm; None: a fresh process
         self.groups: list[_Group] = []
         self.tracing = tracing
         self.trace_env: dict[str, str] = {}  # TRACEPARENT and BAGGAGE for the agent and the proxy
@@ -180,7 +183,9 @@ class Run:
                "CHAOSPROXY_SEED": str(self.spec.seed)}
         proxy: _Group | None = None
         if self.config.upstream is not None:
+            starting = time.monotonic()
             proxy, url = await self._start_proxy(self.config.upstream)
+            result.proxy_start_s = round(time.monotonic() - starting, 3)
             env["CHAOSPROXY_URL"] = url
         else:
             assert self.config.stdio is not None
@@ -231,9 +236,15 @@ class Run:
         target = URL(upstream)
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
-        with open(stderr_path, "wb") as err:
-            proxy = await _Group.start(argv, env={**_environment(), **PROXY_ENVIRONMENT, **self.trace_env},
-                                       stdout=subprocess.DEVNULL, stderr=err)
+        env = {**_environment(), **PROXY_ENVIRONMENT, **self.trace_env}
+        if self.launcher is not None:
+            try:
+                proxy = _Group(await self.launcher.launch(argv[3:], env, stderr_path))
+            except OSError as exc:
+                raise _RunError(f"cannot start the proxy: {exc}") from None
+        else:
+            with open(stderr_path, "wb") as err:
+                proxy = await _Group.start(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
         self.groups.append(proxy)
         deadline = time.monotonic() + PROXY_START_S
         while (found := _LISTENING.search(stderr_path.read_bytes())) is None:
@@ -320,8 +331,15 @@ async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
     loop, drill = asyncio.get_running_loop(), asyncio.current_task()
     assert drill is not None
     loop.add_signal_handler(signal.SIGTERM, drill.cancel)
+    launcher = None
     try:
+        if any(run.config.upstream is not None for run in runs):
+            launcher = await Launcher.start(preexec_fn=_die_with_parent)
+            for run in runs:
+                run.launcher = launcher
         return await asyncio.gather(*(one(run) for run in runs))
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        if launcher is not None:
+            await launcher.close()
         progress.close()

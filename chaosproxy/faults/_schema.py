@@ -191,15 +191,17 @@ def success_result(result: dict[str, Any], schema: dict[str, Any] | None, exampl
     result = {**result, "isError": False}
     if schema is None:
         return result
-    data = next((candidate for candidate in (result.get("structuredContent"), example, sample(schema, schema, empty=False))
-                 if candidate is not None and is_valid(candidate, schema)), None)
+    data = next((real for real in (result.get("structuredContent"), example)
+                 if real is not None and is_valid(real, schema)), None)
+    if data is None:
+        data = sample(schema, schema, empty=False)
     if not isinstance(data, dict):
         return None
     texts = [item["text"] for item in result.get("content") or [] if isinstance(item, dict)
              and item.get("type") == "text" and isinstance(item.get("text"), str)]
     if texts and set(data) == {"result"} and isinstance(data["result"], str):  # a string result restates its text
         data = {"result": "\n".join(texts)}
-    return {**result, "structuredContent": data} if is_valid(data, schema) else None
+    return {**result, "structuredContent": data} if is_valid(data, schema) else None  # a made-up one may not fit
 
 
 def sample(schema: Any, root: dict[str, Any], *, empty: bool, depth: int = 0) -> Any:

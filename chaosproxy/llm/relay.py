@@ -27,8 +27,9 @@ from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
 from chaosproxy.faults._llm import LlmFault
+from chaosproxy.log import ops
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
-    openai_responses, view
+    openai_responses, stream, view
 from chaosproxy.llm.actions import EmptyCompletion, StreamError
 from chaosproxy.llm.stream import StreamPlan
 from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
@@ -152,12 +153,21 @@ class LlmRelay:
         except (orjson.JSONDecodeError, FormatError) as exc:
             self.skip(msg, f"not a valid {api} request: {exc}")
             return None
+        except Exception as exc:  # fail open: a bug here must not break the agent's traffic
+            self.failed(msg, "reading the request", exc)
+            return None
         msg.model, msg.turn = request.model, request.turn
         return LlmExchange(self, FORMATS[api], msg, body, request)
 
     def skip(self, msg: Message, reason: str) -> None:
         self.engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
                              api=msg.api, model=msg.model, turn=msg.turn, reason=reason)
+
+    def failed(self, msg: Message, what: str, exc: Exception) -> None:
+        """A bug of the relay's own: logged, and the message passes as it came."""
+        ops.exception("LLM relay failed %s of %s %s; passing it through", what, msg.http_method, msg.path)
+        self.engine.log.error(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                              api=msg.api, model=msg.model, turn=msg.turn, error=f"{what}: {exc!r}")
 
 
 class LlmExchange:
@@ -185,13 +195,16 @@ class LlmExchange:
 
     def rewrite_request(self) -> None:
         """Faults on the tools array, the tool results and the prompt; msg.body follows the changes."""
-        changed = self._restore_calls()
-        if self.request.tools and self.interest.tools:
-            changed |= self._tools()
-        changed |= self._results()
-        changed |= self._prompts()
-        if changed:
-            self.msg.body = orjson.dumps(self.body)
+        try:
+            changed = self._restore_calls()
+            if self.request.tools and self.interest.tools:
+                changed |= self._tools()
+            changed |= self._results()
+            changed |= self._prompts()
+            if changed:
+                self.msg.body = orjson.dumps(self.body)
+        except Exception as exc:  # fail open: the request goes as the agent sent it
+            self.relay.failed(self.msg, "rewriting the request", exc)
 
     def _restore_calls(self) -> bool:
         """The model sees its own tool calls again, not the names and arguments the agent was given."""
@@ -304,6 +317,13 @@ class LlmExchange:
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         """A whole (non-streamed) reply, with its tool calls and completion decided on."""
+        try:
+            return self._relay_body(payload, status, headers)
+        except Exception as exc:  # fail open: the reply goes as the model API sent it
+            self.relay.failed(self.msg, "rewriting the reply", exc)
+            return payload
+
+    def _relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         if not self.watching or status != 200:
             return payload
         if (encoding := headers.get("Content-Encoding", "identity")) != "identity":
@@ -331,12 +351,11 @@ class LlmExchange:
 
     async def relay_events(self, chunks: AsyncIterator[bytes], headers: Mapping[str, str]) -> AsyncIterator[bytes]:
         """A streamed reply: passed through untouched unless a rule may rewrite it, then event by event."""
-        if not self.watching:
+        editor = self.stream_editor(headers)
+        if editor is None:
             async for chunk in chunks:
                 yield chunk
             return
-        plan = self._plan(headers, streamed=True)
-        editor = self.fmt.Editor(plan)
         async for event in streams.sse_frames(chunks):
             for out in editor.feed(event):
                 yield out
@@ -344,6 +363,15 @@ class LlmExchange:
                 return
         for out in editor.finish():
             yield out
+
+    def stream_editor(self, headers: Mapping[str, str]) -> stream.Editor | None:
+        """The editor a streamed reply goes through event by event (adapters that are handed chunks feed
+        it themselves); None when no rule may rewrite the stream, which then passes untouched."""
+        try:
+            return self.fmt.Editor(self._plan(headers, streamed=True)) if self.watching else None
+        except Exception as exc:  # fail open: the stream goes as the model API sends it
+            self.relay.failed(self.msg, "planning the stream", exc)
+            return None
 
     def _plan(self, headers: Mapping[str, str], *, streamed: bool) -> StreamPlan:
         empty = error_after = error = None

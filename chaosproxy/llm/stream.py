@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from chaosproxy import streams
+from chaosproxy.log import ops
 from chaosproxy.llm.view import ToolCall
 
 type EditCall = Callable[[ToolCall], ToolCall]
@@ -58,12 +59,20 @@ class Editor:
         self.plan = plan
         self.events = 0
         self.ended = False
+        self.broken = False  # the editor failed: the rest of the stream passes as it comes
 
     def feed(self, event: bytes) -> list[bytes]:
         """What to send for this upstream event (nothing once the stream has ended)."""
         if self.ended:
             return []
-        out = self.edit(event)
+        if self.broken:
+            return [event]
+        try:
+            out = self.edit(event)
+        except Exception:  # fail open: a bug here must not break the agent's stream
+            ops.exception("LLM stream editor failed on an event; the rest of the stream passes untouched")
+            self.broken = True
+            return [event]
         self.events += 1
         if self.plan.error_after is not None and self.events >= self.plan.error_after:
             self.ended = True

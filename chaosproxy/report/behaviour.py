@@ -1,8 +1,8 @@
 """What the agent did about the faults, read from the call log.
 
 An incident starts at a tool call a fault disrupted (the agent got an error, a stand-in, a broken
-exchange or nothing instead of the real answer). Every later call of the same tool in the session
-belongs to it until one gets through undisrupted: then the agent recovered, and the time to
+exchange or nothing instead of the real answer). Every later call of the same tool by the agent (in
+any of its sessions: one run of a log is one agent) belongs to it until one gets through undisrupted: then the agent recovered, and the time to
 recovery runs from the end of the disrupted call to the end of the good one. An incident with no
 later call of the tool means the agent gave up on it (or on the task).
 
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import collections
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from chaosproxy.report.logfile import Call, Session
 
 MADE_UP_TOOL_FAULTS = frozenset({"unknown_tool", "tool_flood", "distractor_tool"})
+# What an agent sends on a fresh connection before it can call a tool again.
+ATTEMPT_STEPS = frozenset({"initialize", "notifications/initialized", "server/discover", "tools/list"})
 
 
 @dataclass(slots=True)
@@ -38,10 +40,22 @@ class Incident:
         return None if self.recovered_at is None else (self.recovered_at - self.started) * 1000
 
 
-def incidents(session: Session) -> list[Incident]:
+def incidents(sessions: Iterable[Session]) -> list[Incident]:
+    """The incidents of one agent, whose calls may span several sessions (a retrying agent reconnects).
+
+    A disrupted call that is not a tool call (a 429 on `initialize`, a lost session) while a tool's
+    incident is open is a retry blocked before its tools/call: it counts as a retry of the incident
+    opened last, which it most likely was.
+    """
+    calls = sorted(((call, tool) for session in sessions for call, tool in _tool_marked(session)),
+                   key=lambda pair: pair[0].ts)
     found: list[Incident] = []
     open_incidents: dict[str, Incident] = {}
-    for call in session.tool_calls:
+    for call, is_tool_call in calls:
+        if not is_tool_call:
+            if call.disrupted and call.method in ATTEMPT_STEPS and open_incidents:
+                max(open_incidents.values(), key=lambda incident: incident.started).retries += 1
+            continue
         incident = open_incidents.get(call.label)
         if incident is not None:
             incident.retries += 1
@@ -53,6 +67,11 @@ def incidents(session: Session) -> list[Incident]:
             open_incidents[call.label] = Incident(cause.component, call.ts)
             found.append(open_incidents[call.label])
     return found
+
+
+def _tool_marked(session: Session) -> Iterator[tuple[Call, bool]]:
+    tool_calls = {id(call) for call in session.tool_calls}
+    return ((call, id(call) in tool_calls) for call in session.calls)
 
 
 def calls_a_made_up_tool(call: Call) -> bool:
@@ -100,7 +119,10 @@ def behaviour(sessions: Iterable[Session]) -> Behaviour:
     sessions = list(sessions)
     calls = [call for session in sessions for call in session.tool_calls]
     faults = [fault for session in sessions for fault in session.faults]
-    found = [incident for session in sessions for incident in incidents(session)]
+    by_agent: dict[str, list[Session]] = {}
+    for session in sessions:  # one run is one agent (a drill's run), whatever sessions it opened
+        by_agent.setdefault(session.run_id, []).append(session)
+    found = [incident for agent in by_agent.values() for incident in incidents(agent)]
     by_component: dict[str, list[Incident]] = {}
     for incident in found:
         by_component.setdefault(incident.component, []).append(incident)

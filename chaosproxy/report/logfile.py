@@ -2,7 +2,7 @@
 
 A fault line comes before the call line it belongs to (faults are logged as they fire, a call when
 it ends). They are joined by JSON-RPC id within the session, or, for plain HTTP calls, by the rule
-names the call line lists. A fault on a reply that reached the agent on another connection (legacy
+names the call line lists (and a fault on a response body by its request's method, path and time). A fault on a reply that reached the agent on another connection (legacy
 HTTP+SSE) joins the last call with its id; one that joins no call stays on the session, unattached.
 """
 
@@ -22,6 +22,7 @@ DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate",
 DISRUPTIVE_FAULTS = frozenset({"unknown_tool"})
 # Outcomes of calls the agent never got an answer to.
 INCOMPLETE_OUTCOMES = frozenset({"hang", "client_disconnected", "stream_idle"})
+CLOCK_SLACK_S = 0.01  # a call's start is its end less its duration, measured on another clock
 
 
 def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -55,12 +56,15 @@ class Fault:
     rpc_id: Any
     params: dict[str, Any]
     effect: dict[str, Any]
+    http_method: str | None = None
+    path: str | None = None
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Fault:
         return cls(_time(event), event.get("rule", "?"), event.get("fault", "?"), event.get("component", "?"),
                    event.get("level"), event.get("phase"), event.get("action"), event.get("tool"),
-                   event.get("rpc_id"), event.get("params") or {}, event.get("effect") or {})
+                   event.get("rpc_id"), event.get("params") or {}, event.get("effect") or {},
+                   event.get("http_method"), event.get("path"))
 
     @property
     def disruptive(self) -> bool:
@@ -114,7 +118,13 @@ class Call:
     def claims(self, fault: Fault) -> bool:
         if self.rpc_id is not None:
             return fault.rpc_id == self.rpc_id
-        return fault.rpc_id is None and fault.rule in self.rules
+        if fault.rpc_id is not None:
+            return False
+        # A plain HTTP call: by the rules its line names, or, for a fault on its response body that a
+        # log line did not name, by its request and its time (it fired while the call was under way).
+        return fault.rule in self.rules or (
+            fault.phase == "response" and (fault.http_method, fault.path) == (self.http_method, self.path)
+            and self.start - CLOCK_SLACK_S <= fault.ts <= self.ts + CLOCK_SLACK_S)
 
 
 @dataclass(slots=True)

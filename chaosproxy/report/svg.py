@@ -48,23 +48,32 @@ def _line(x1: float, y1: float, x2: float, y2: float, css: str) -> str:
 
 def profile_chart(rows: list[ProfileRow], name: str) -> str:
     """Per row: the clean and the perturbed success rate as bars, their 95% intervals as whiskers."""
-    label_w, plot_w, drop_w, bar_h, row_h = 150, 420, 230, 12, 40
+    return _paired_chart("profile", name, f"success rate clean vs perturbed, by {name}", 150, 230, [
+        (row.name, (row.clean, CLEAN_COLOUR, "clean"),
+         (row.perturbed, component_colour(row.name), "perturbed"), drop_text(row), "note") for row in rows])
+
+
+# A row of paired bars: its label, each bar's (rate, colour, kind), and the note beside them with its class.
+PairedRow = tuple[str, tuple[Rate, str, str], tuple[Rate, str, str], str, str]
+
+
+def _paired_chart(kind: str, name: str, title: str, label_w: int, note_w: int, rows: list[PairedRow]) -> str:
+    plot_w, bar_h, row_h = 420, 12, 40
     height = 28 + row_h * len(rows)
 
     def x(value: float) -> float:
         return label_w + value * plot_w
 
-    parts = [_svg_open("profile", name, label_w + plot_w + drop_w, height),
-             f"<title>success rate clean vs perturbed, by {escape(name)}</title>"]
+    parts = [_svg_open(kind, name, label_w + plot_w + note_w, height), f"<title>{escape(title)}</title>"]
     for tick in (0, 0.25, 0.5, 0.75, 1):
         parts += [_line(x(tick), 18, x(tick), height, "grid"),
                   _text(x(tick), 12, percent(tick), anchor="middle", css="axis")]
-    for i, row in enumerate(rows):
+    for i, (label, first, second, note, note_css) in enumerate(rows):
         top = 26 + i * row_h
-        parts.append(_text(label_w - 8, top + bar_h + 4, row.name, anchor="end", css="label"))
-        parts.append(_bar(row.clean, top, bar_h, CLEAN_COLOUR, "clean", x))
-        parts.append(_bar(row.perturbed, top + bar_h + 2, bar_h, component_colour(row.name), "perturbed", x))
-        parts.append(_text(x(1) + 10, top + bar_h + 4, drop_text(row), css="note"))
+        parts.append(_text(label_w - 8, top + bar_h + 4, label, anchor="end", css="label"))
+        parts.append(_bar(first[0], top, bar_h, first[1], first[2], x))
+        parts.append(_bar(second[0], top + bar_h + 2, bar_h, second[1], second[2], x))
+        parts.append(_text(x(1) + 10, top + bar_h + 4, note, css=note_css))
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -145,24 +154,8 @@ def _marker(fault: Fault, cx: float, top: float) -> str:
 def comparison_chart(rows: list[CompareRow], name: str) -> str:
     """Paired bars per row: the base drill's success rate above the new one's, 95% intervals as whiskers,
     and the difference with a mark where it is a real change."""
-    label_w, plot_w, diff_w, bar_h, row_h = 170, 400, 300, 12, 40
-    height = 28 + row_h * len(rows)
-
-    def x(value: float) -> float:
-        return label_w + value * plot_w
-
-    parts = [_svg_open("comparison", name, label_w + plot_w + diff_w, height),
-             f"<title>success rate base vs new, by {escape(name)}</title>"]
-    for tick in (0, 0.25, 0.5, 0.75, 1):
-        parts += [_line(x(tick), 18, x(tick), height, "grid"),
-                  _text(x(tick), 12, percent(tick), anchor="middle", css="axis")]
-    for i, row in enumerate(rows):
-        top = 26 + i * row_h
-        parts.append(_text(label_w - 8, top + bar_h + 4, row.name, anchor="end", css="label"))
-        parts.append(_bar(row.base, top, bar_h, CLEAN_COLOUR, "base", x))
-        parts.append(_bar(row.new, top + bar_h + 2, bar_h, component_colour(row.name), "new", x))
-        mark = {"better": " ▲", "worse": " ▼"}.get(row.verdict or "", "")
-        parts.append(_text(x(1) + 10, top + bar_h + 4, row.difference_text().split(" real:")[0] + mark,
-                           css=f"note {row.verdict or 'same'}"))
-    parts.append("</svg>")
-    return "\n".join(parts)
+    marks = {"better": " ▲", "worse": " ▼"}
+    return _paired_chart("comparison", name, f"success rate base vs new, by {name}", 170, 300, [
+        (row.name, (row.base, CLEAN_COLOUR, "base"), (row.new, component_colour(row.name), "new"),
+         row.difference_text().split(" real:")[0] + marks.get(row.verdict or "", ""),
+         f"note {row.verdict or 'same'}") for row in rows])

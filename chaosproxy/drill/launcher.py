@@ -1,0 +1,210 @@
+"""A warm proxy launcher: a drill's proxies start in milliseconds instead of paying Python's imports each.
+
+Every run of a drill has its own `chaosproxy run`, and most of a fresh one's start-up is importing
+(the HTTP stack, pydantic, the fault registry). The launcher is one process per drill that imports all
+that once, then forks a proxy per request: each child starts its own session, points its standard
+streams where the run wants them, takes the run's environment and runs the same `chaosproxy` command
+line a fresh process would. The child dies with the launcher, and the launcher with the drill.
+
+The protocol is JSON lines: the drill writes {"id", "argv", "env", "stderr"}, the launcher answers
+{"id", "pid"} (or {"id", "error"}) and, when a child ends, {"exited": pid, "status": code}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import selectors
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class LaunchedProcess:
+    """A proxy the launcher forked, with what a drill uses of an asyncio subprocess: pid, returncode, wait."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._exited = asyncio.Event()
+
+    def exited(self, status: int) -> None:
+        self.returncode = status
+        self._exited.set()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+
+class Launcher:
+    """The drill's side: starts the launcher, asks it for proxies, learns when they end."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.children: dict[int, LaunchedProcess] = {}
+        self.next_id = 0
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, preexec_fn: Any = None) -> Launcher:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "chaosproxy.drill.launcher",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+        launcher = cls(proc)
+        await launcher._ask({})  # answered once everything is imported
+        return launcher
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            message = json.loads(line)
+            if "exited" in message:
+                if (child := self.children.pop(message["exited"], None)) is not None:
+                    child.exited(message["status"])
+            elif (reply := self.replies.pop(message["id"], None)) is not None:
+                reply.set_result(message)
+        for reply in self.replies.values():  # the launcher is gone: nothing more will be answered
+            reply.set_exception(OSError("the proxy launcher exited"))
+        for child in self.children.values():
+            child.exited(-signal.SIGKILL)  # its children died with it
+
+    async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.next_id += 1
+        reply = self.replies[self.next_id] = asyncio.get_running_loop().create_future()
+        self.proc.stdin.write(json.dumps({**request, "id": self.next_id}).encode() + b"\n")
+        await self.proc.stdin.drain()
+        return await reply
+
+    async def launch(self, argv: list[str], env: dict[str, str], stderr: Path) -> LaunchedProcess:
+        """`chaosproxy ARGV...` in a child of its own session; its stdout goes nowhere, its stderr to
+        `stderr` (made empty now, so it is there to be read at once). Raises OSError when the launcher
+        cannot fork it."""
+        stderr.write_bytes(b"")
+        reply = await self._ask({"argv": argv, "env": env, "stderr": str(stderr)})
+        if "error" in reply:
+            raise OSError(reply["error"])
+        child = self.children[reply["pid"]] = LaunchedProcess(reply["pid"])
+        return child
+
+    async def close(self) -> None:
+        """Ends the launcher (its children die with it) and waits for it."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        await self.reader
+
+
+# --- the launcher process --------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child(request: dict[str, Any], cli_main: Any) -> None:
+    """In the forked child: become the proxy the request asks for. Never returns."""
+    status = 1
+    try:
+        os.setsid()
+        _die_with_parent()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        stderr = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for fd, target in ((0, devnull), (1, devnull), (2, stderr)):
+            os.dup2(target, fd)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the launcher's pipes are not the proxy's
+        os.environ.clear()
+        os.environ.update(request["env"])
+        status = cli_main(request["argv"])
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:  # the child must never return into the launcher's loop
+        print(f"chaosproxy: the launched proxy failed: {exc!r}", file=sys.stderr)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+
+def main() -> int:
+    """Import the proxy once, then fork one per request until stdin closes."""
+    # Imported here, once, so that every child has them: what `chaosproxy run` loads on its way to listening.
+    from chaosproxy import otel, reload, runtime  # noqa: F401
+    from chaosproxy.adapters import http  # noqa: F401
+    from chaosproxy.cli import main as cli_main
+
+    _die_with_parent()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(0, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    out = sys.stdout.buffer
+    pending = b""
+
+    def send(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message).encode() + b"\n")
+        out.flush()
+
+    while True:
+        for key, _ in selector.select():
+            if key.fd == wake_read:
+                os.read(wake_read, 4096)
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+                continue
+            chunk = os.read(0, 65536)
+            if not chunk:
+                return 0
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                if "argv" not in request:
+                    send({"id": request["id"]})  # the hello: ready
+                    continue
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    send({"id": request["id"], "error": f"cannot fork a proxy: {exc.strerror or exc}"})
+                    continue
+                if pid == 0:
+                    selector.close()
+                    _child(request, cli_main)
+                send({"id": request["id"], "pid": pid})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""The agent sessions a proxy remembers, bounded: a sidecar runs for days in front of many agents.
+
+A session's state (its tool routes and results, its per-session rule counters, its ordinal) goes
+when the session ends (DELETE in the handshake era, the stdio server's exit), when it has been idle
+for the TTL, and, least recently used first, when more than the cap are held. A session that comes
+back after that starts fresh, and the log says so. Seeded decisions depend on a session's ordinal
+(the order sessions first appeared), so runs that stay under the cap reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from chaosproxy.session import SessionState
+
+SESSION_TTL_S = 1800.0
+MAX_SESSIONS = 10_000
+
+
+@dataclass(slots=True)
+class Session:
+    """One session's entry: its number in order of first appearance, its state, when it was last seen."""
+
+    key: str
+    ordinal: int
+    state: SessionState
+    seen: float
+
+
+class SessionTable:
+    """Sessions by key, least recently used first; `on_change(key, change, reason)` hears of every drop
+    ("dropped": ended, idle, evicted) and of every return of a dropped session ("restarted")."""
+
+    def __init__(self, on_change: Callable[[str, str, str], None], *, ttl: float = SESSION_TTL_S,
+                 limit: int = MAX_SESSIONS) -> None:
+        self.ttl = ttl
+        self.limit = limit
+        self._on_change = on_change
+        self._entries: OrderedDict[str, Session] = OrderedDict()
+        self._gone: OrderedDict[str, str] = OrderedDict()  # dropped keys -> why, as many as there may be live
+        self._next_ordinal = 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState, now: float | None = None) -> Session:
+        """The session for `key`, made with `fresh()` when it is new or was idle too long; marks it used now."""
+        now = time.monotonic() if now is None else now
+        entry = self._entries.get(key)
+        if entry is not None:
+            if now - entry.seen <= self.ttl:
+                entry.seen = now
+                self._entries.move_to_end(key)
+                return entry
+            self._drop(key, "idle")
+        self._expire(now)
+        entry = self._entries[key] = Session(key, self._next_ordinal, fresh(), now)
+        self._next_ordinal += 1
+        if (reason := self._gone.pop(key, None)) is not None:
+            self._on_change(key, "restarted", reason)
+        if len(self._entries) > self.limit:
+            self._drop(next(iter(self._entries)), "evicted")
+        return entry
+
+    def end(self, key: str, reason: str = "ended") -> bool:
+        """Forget a session whose agent said it is over; False when it was not held."""
+        if key not in self._entries:
+            return False
+        self._drop(key, reason)
+        return True
+
+    def page(self, offset: int = 0, limit: int = 100, now: float | None = None) -> list[dict[str, Any]]:
+        """Sessions, most recently used first, as the control API shows them."""
+        now = time.monotonic() if now is None else now
+        self._expire(now)
+        return [{"session": entry.key, "ordinal": entry.ordinal, "idle_s": round(now - entry.seen, 3),
+                 "tool_calls": entry.state.tool_calls}
+                for entry in islice(reversed(self._entries.values()), offset, offset + limit)]
+
+    def _expire(self, now: float) -> None:
+        """Drop idle sessions: they are at the front, so this stops at the first one still in use."""
+        while self._entries:
+            key, entry = next(iter(self._entries.items()))
+            if now - entry.seen <= self.ttl:
+                return
+            self._drop(key, "idle")
+
+    def _drop(self, key: str, reason: str) -> None:
+        del self._entries[key]
+        self._gone[key] = reason
+        self._gone.move_to_end(key)
+        if len(self._gone) > self.limit:
+            self._gone.popitem(last=False)
+        self._on_change(key, "dropped", reason)

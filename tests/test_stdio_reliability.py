@@ -1,0 +1,170 @@
+"""`chaosproxy stdio` when the server misbehaves: it crashes while a request is held, ignores
+SIGTERM, outlives a killed relay, floods one direction, writes a 100 MB line or binary garbage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROXY = [sys.executable, "-m", "chaosproxy", "stdio"]
+WAIT = 60
+
+BURST_SERVER = '''\
+"""Answers `burst` with N progress notifications, then the reply; `die` after 0.5 s if asked."""
+import json, sys, threading, os, time
+if "--die" in sys.argv:
+    threading.Timer(0.5, lambda: os._exit(3)).start()
+out = sys.stdout.buffer
+for raw in sys.stdin.buffer:
+    msg = json.loads(raw)
+    for n in range(msg["params"].get("n", 0)):
+        note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": n}}
+        out.write(json.dumps(note).encode() + b"\\n")
+    out.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {}}).encode() + b"\\n")
+    out.flush()
+'''
+
+STUBBORN_SERVER = '''\
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(600)
+'''
+
+FLOOD_SERVER = '''\
+import os, sys
+out = sys.stdout.buffer
+sys.stdin.buffer.readline()
+block = b"x" * (1 << 20)
+for _ in range({mib}):
+    out.write(block)
+out.write(b"\\n")
+out.write(b'{{"jsonrpc": "2.0", "id": 1, "result": {{}}}}\\n')
+out.write(os.urandom(3 << 20))  # binary garbage, no newline, then the end
+out.flush()
+'''
+
+
+def script(tmp_path: Path, name: str, text: str) -> list[str]:
+    path = tmp_path / name
+    path.write_text(text)
+    return [sys.executable, str(path)]
+
+
+def scenario(tmp_path: Path, *rules: dict) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"rules": list(rules)}))
+    return str(path)
+
+
+def rpc(rpc_id: int, method: str, **params: object) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}).encode() + b"\n"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def child_of(pid: int) -> int:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("the relay started no server")
+
+
+def test_notifications_are_never_overtaken_under_latency(tmp_path: Path):
+    rules = scenario(tmp_path, {"name": "slow-notes", "match": {"method": "notifications/*"}, "probability": 0.5,
+                                "fault": {"type": "latency", "delay_ms": 2, "at": "response"}})
+    done = subprocess.run([*PROXY, "--scenario", rules, "--", *script(tmp_path, "burst.py", BURST_SERVER)],
+                          input=rpc(1, "burst", n=2000), capture_output=True, timeout=WAIT)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["params"]["progress"] for line in lines[:-1]] == list(range(2000))
+    assert lines[-1]["id"] == 1  # the reply last, as the server wrote it
+
+
+def test_a_server_crash_while_a_request_is_held_ends_the_relay_at_once(tmp_path: Path):
+    rules = scenario(tmp_path, {"name": "held", "match": {"method": "slow"},
+                                "fault": {"type": "latency", "delay_ms": 30_000}})
+    relay = subprocess.Popen([*PROXY, "--scenario", rules, "--", *script(tmp_path, "burst.py", BURST_SERVER),
+                              "--die"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    assert relay.stdin is not None and relay.stdout is not None
+    relay.stdin.write(rpc(1, "slow"))
+    relay.stdin.flush()
+    try:
+        assert relay.stdout.read() == b""  # EOF, with the request still held
+        assert relay.wait(WAIT) == 3
+        assert time.monotonic() - started < 8  # it was 20 s: two 10 s settles on a dead server
+    finally:
+        relay.kill()
+        relay.wait(WAIT)
+
+
+def test_sigterm_escalates_to_sigkill_for_a_server_that_ignores_it(tmp_path: Path):
+    relay = subprocess.Popen([*PROXY, "--", *script(tmp_path, "stubborn.py", STUBBORN_SERVER)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert relay.stdout is not None and relay.stdout.readline() == b"ready\n"
+        server = child_of(relay.pid)
+        started = time.monotonic()
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(WAIT) == 128 + signal.SIGKILL
+        assert time.monotonic() - started < 8 and not alive(server)
+    finally:
+        relay.kill()
+        relay.wait(WAIT)
+
+
+def test_a_killed_relay_leaves_no_orphan(tmp_path: Path):
+    relay = subprocess.Popen([*PROXY, "--", *script(tmp_path, "stubborn.py", STUBBORN_SERVER)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert relay.stdout is not None and relay.stdout.readline() == b"ready\n"
+    server = child_of(relay.pid)
+    relay.kill()
+    relay.wait(WAIT)
+    deadline = time.monotonic() + 10
+    while alive(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(server):
+        os.kill(server, signal.SIGKILL)
+        pytest.fail("the server outlived its relay")
+
+
+def test_a_100_mb_line_and_binary_garbage_pass_through_unheld(tmp_path: Path):
+    rules = scenario(tmp_path, {"name": "watch", "match": {"method": "never"},  # lines are examined
+                                "fault": {"type": "latency", "delay_ms": 1, "at": "response"}})
+    log = tmp_path / "log.jsonl"
+    relay = subprocess.Popen([*PROXY, "--scenario", rules, "--log", str(log), "--",
+                              *script(tmp_path, "flood.py", FLOOD_SERVER.format(mib=100))],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert relay.stdin is not None and relay.stdout is not None
+    relay.stdin.write(rpc(1, "go"))
+    relay.stdin.flush()
+    big = relay.stdout.readline()
+    assert len(big) == (100 << 20) + 1 and big[:4] == b"xxxx"
+    peak_kib = int(next(line for line in Path(f"/proc/{relay.pid}/status").read_text().splitlines()
+                        if line.startswith("VmHWM")).split()[1])
+    assert json.loads(relay.stdout.readline())["id"] == 1
+    assert len(relay.stdout.read()) == 3 << 20  # the garbage, byte for byte, up to the end
+    relay.stdin.close()
+    assert relay.wait(WAIT) == 0
+    print(f"relay peak RSS {peak_kib >> 10} MiB")
+    assert peak_kib < 160 * 1024, f"the relay held {peak_kib >> 10} MiB for a 100 MiB line"
+    skips = [json.loads(line) for line in log.read_text().splitlines() if '"skip"' in line]
+    assert any("passes through unexamined" in skip["reason"] for skip in skips)
