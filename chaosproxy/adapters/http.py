@@ -587,6 +587,7 @@ class Inspection:
         headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
         if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
             headers = without(headers, b"expect")
+        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
             traced = engine.tracing.start(msg, network="tcp", url=self.route.upstream + self.target.decode(
                 "latin-1").removeprefix(self.route.base_path.decode()), session_id=msg.session
@@ -595,7 +596,6 @@ class Inspection:
             headers = [*without(headers, *names), *((n.encode(), v.encode("latin-1")) for n, v in traced.items())]
             if body is not None and msg.body is not body:
                 body = msg.body
-        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
