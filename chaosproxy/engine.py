@@ -104,8 +104,8 @@ class _CompiledRule:
         self.counters: dict[str, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
-        if self.on_messages and msg.rpc is None and not self.on_plain_bodies:
-            return False
+        if self.on_messages and msg.rpc is None and (not self.on_plain_bodies or _is_batch(msg.body)):
+            return False  # a JSON-RPC batch is no plain body: its ids and envelopes must stay as they are
         if self.methods is not None and msg.rpc is not None and msg.method not in self.methods:
             return False  # a JSON-RPC message the fault cannot change: it does not count toward the gates
         return all(check(msg) for check in self.checks)
@@ -439,6 +439,11 @@ def _changes_nothing(action: Action, msg: Message) -> bool:
         case Garble(raw=raw):
             return raw == msg.body
     return False
+
+
+def _is_batch(body: bytes | None) -> bool:
+    """A JSON-RPC batch (a JSON array of messages), which content faults leave whole."""
+    return body is not None and body.lstrip()[:1] == b"[" and b'"jsonrpc"' in body
 
 
 def _view_name(msg: Message) -> str:

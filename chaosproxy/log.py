@@ -3,9 +3,9 @@
 Every line is a dict serialised by orjson, with no processor chain in between: a call line is
 written per request, and a chain of processors cost ~50 µs where this costs a few. A running proxy
 gathers call and session lines and writes them in a batch (every CALL_FLUSH_S, and at every exit);
-every other line is written at once, as is every line of a log made without `batch_s`. A failing write (a full disk, a log file made unwritable) never stops
-the proxy: it is reported once on stderr, lines are kept (up to a bound) and written when it works
-again. `reopen()` (SIGUSR1) opens the log file again by name, for logrotate.
+every other line is written at once, as is every line of a log made without `batch_s`. A failing
+write (a full disk, a log file made unwritable) never stops the proxy: it is reported once on
+stderr, lines are kept (up to a bound) and written when it works again. `reopen()` (SIGUSR1) opens the log file again by name, for logrotate.
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ class PerturbationLog:
                     print(f"chaosproxy error: cannot write the perturbation log ({exc}); proxying goes on, "
                           "lines are kept and written once it works again", file=sys.stderr, flush=True)
                 return
-            del self._pending[:len(self._pending) if written is None else written]  # a short write: the rest next time
+            # a short write leaves the rest for next time
+            del self._pending[:len(self._pending) if written is None else written]
             if self._pending:
                 return
         if self._failing:

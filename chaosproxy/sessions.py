@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -48,10 +48,8 @@ class SessionTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState, now: float | None = None) -> Session:
+    def enter(self, key: str, fresh: Callable[[], SessionState] = SessionState,
+              now: float | None = None) -> Session:
         """The session for `key`, made with `fresh()` when it is new or was idle too long; marks it used now."""
         now = time.monotonic() if now is None else now
         entry = self._entries.get(key)

@@ -482,6 +482,22 @@ def test_the_token_comes_from_a_file_and_stays_out_of_ps(upstream: str, tmp_path
     assert done.returncode == 2 and "is empty" in done.stderr
 
 
+def test_series_of_a_removed_rule_leave_the_metrics(controlled):
+    ctl = controlled()
+    names = []
+    for _ in range(3):  # each block adds a rule under a new made-up name, as drills do
+        with ctl.control.fault({"match": {"path": "/api/*"}, "fault": {"type": "http_error", "status": 503}}) as name:
+            assert status_of(ctl.proxy.url) == 503
+            assert f'rule="{name}"' in ctl.control.metrics()
+            names.append(name)
+    text = ctl.control.metrics()
+    assert not any(f'rule="{name}"' in text for name in names), text
+    with ctl.control.fault({"name": "kept", "fault": {"type": "http_error", "status": 503}}):
+        assert status_of(ctl.proxy.url) == 503
+        ctl.control.patch_rule("kept", probability=0.5)  # a rule still in the scenario keeps its series
+        assert 'rule="kept"' in ctl.control.metrics()
+
+
 def test_events_refuses_an_unknown_event_kind(controlled):
     ctl = controlled()
     status, body = ctl.get("/events?event=bogus")

@@ -210,6 +210,16 @@ def test_a_judge_decides_success_when_given(upstream: str, tmp_path: Path) -> No
     assert (run["status"], run["exit_code"], run["judge_exit"], run["success"]) == ("passed", 3, 0, True)
 
 
+def test_the_judge_can_still_reach_the_runs_proxy(upstream: str, tmp_path: Path) -> None:
+    judge = write(tmp_path / "judge.py", "import os, urllib.request\n"
+                  "urllib.request.urlopen(os.environ['CHAOSPROXY_URL'] + '/health', timeout=10).read()\n")
+    done = drill("--agent", f"{sys.executable} -c pass", "--judge", python(judge), "--upstream", upstream,
+                 "--timeout", "30", "--out", str(tmp_path / "d"))
+    assert done.returncode == 0, done.stderr
+    [run] = results(tmp_path / "d")
+    assert (run["status"], run["judge_exit"]) == ("passed", 0)
+
+
 HANGING_AGENT = """
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -17,6 +17,7 @@ import pytest
 from chaosproxy.otel import OtlpTracing
 from tests.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.otlp import Receiver
+from tests.test_mitm import confdir, https_upstream, make_mitm, tls_files  # noqa: F401
 from tests.test_otel import ROOT, check_call_spans, make_calls, otel_environment, receiver, scenario_file  # noqa: F401
 
 
@@ -130,3 +131,48 @@ def test_model_api_calls_get_genai_spans_with_their_faults(make_proxy: Any, llm:
     assert delay.seconds == pytest.approx(0.05, abs=0.01)
     assert failed.attributes["chaosproxy.fault.type"] == "llm_error" and failed.status == "ERROR"
     assert failed.attributes["error.type"] == failed.attributes["http.response.status_code"].__str__()
+
+
+async def test_intercepted_calls_get_spans_too(make_mitm: Any, receiver: Receiver,  # noqa: F811
+                                               monkeypatch: pytest.MonkeyPatch):
+    """chaosproxy mitm: the same MCP span for a tools/call to an HTTPS tool server, its fault on it."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    mitm = make_mitm({"rules": [{"name": "down", "match": {"tool": "search"},
+                                 "fault": {"type": "http_error", "status": 503}}]})
+    tracing = mitm.engine.tracing = OtlpTracing(run_id="mitm", seed=7)
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
+    status, _, _ = await mitm.fetch(mitm.intercepted + "/rpc", "POST", json=call,
+                                    headers={"traceparent": HEADER_PARENT})
+    assert status == 503
+    await mitm.events_soon("call", 1)
+    tracing.shutdown()
+    receiver.wait_for(lambda spans: any(s.name == "tools/call search" for s in spans), timeout=10)
+    [span] = receiver.named("tools/call search")
+    assert (span.kind, span.trace_id, span.parent_id) == ("CLIENT", HEADER_TRACE, "00f067aa0ba902b7")
+    upstream_port = int(mitm.intercepted.rsplit(":", 1)[1])
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == ("localhost", upstream_port)
+    assert (span.attributes["chaosproxy.fault.type"], span.attributes["error.type"], span.status) == (
+        "http_error", "503", "ERROR")
+
+
+def test_plain_http_calls_get_http_client_spans(make_proxy: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch):
+    """A REST call: an HTTP client span (`GET`, url.full, status); a hang's child span lasts as long as the hang."""
+    import urllib.request
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    proxy = make_proxy({"rules": [{"name": "stall", "match": {"path": "/api/weather"},
+                                   "fault": {"type": "hang", "release_after_ms": 300}}]})
+    tracing = proxy.engine.tracing = OtlpTracing(run_id="rest", seed=7)
+    with urllib.request.urlopen(proxy.url + "/api/weather?city=oslo", timeout=10) as reply:
+        assert reply.status == 200
+    tracing.shutdown()
+    receiver.wait_for(lambda spans: any(s.name == "GET" for s in spans), timeout=10)
+    [span] = receiver.named("GET")
+    assert span.kind == "CLIENT" and span.parent_id == ""
+    assert span.attributes["http.request.method"] == "GET"
+    assert span.attributes["url.full"].endswith("/api/weather?city=oslo")
+    assert span.attributes["http.response.status_code"] == 200 and span.status == "UNSET"
+    assert "mcp.method.name" not in span.attributes
+    [stall] = receiver.named("chaosproxy.fault hang")
+    assert stall.parent_id == span.span_id and stall.seconds == pytest.approx(0.3, abs=0.01)
+    assert span.seconds >= 0.3

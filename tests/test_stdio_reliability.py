@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -116,26 +117,29 @@ def test_a_server_crash_while_a_request_is_held_ends_the_relay_at_once(tmp_path:
         relay.wait(WAIT)
 
 
-def test_sigterm_escalates_to_sigkill_for_a_server_that_ignores_it(tmp_path: Path):
+@pytest.fixture
+def stubborn(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A relay around a server that ignores SIGTERM and SIGINT, once the server is up: (relay, server pid)."""
     relay = subprocess.Popen([*PROXY, "--", *script(tmp_path, "stubborn.py", STUBBORN_SERVER)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert relay.stdout is not None and relay.stdout.readline() == b"ready\n"
-        server = child_of(relay.pid)
-        started = time.monotonic()
-        relay.send_signal(signal.SIGTERM)
-        assert relay.wait(WAIT) == 128 + signal.SIGKILL
-        assert time.monotonic() - started < 8 and not alive(server)
+        yield relay, child_of(relay.pid)
     finally:
         relay.kill()
         relay.wait(WAIT)
 
 
-def test_a_killed_relay_leaves_no_orphan(tmp_path: Path):
-    relay = subprocess.Popen([*PROXY, "--", *script(tmp_path, "stubborn.py", STUBBORN_SERVER)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert relay.stdout is not None and relay.stdout.readline() == b"ready\n"
-    server = child_of(relay.pid)
+def test_sigterm_escalates_to_sigkill_for_a_server_that_ignores_it(stubborn):
+    relay, server = stubborn
+    started = time.monotonic()
+    relay.send_signal(signal.SIGTERM)
+    assert relay.wait(WAIT) == 128 + signal.SIGKILL
+    assert time.monotonic() - started < 8 and not alive(server)
+
+
+def test_a_killed_relay_leaves_no_orphan(stubborn):
+    relay, server = stubborn
     relay.kill()
     relay.wait(WAIT)
     deadline = time.monotonic() + 10

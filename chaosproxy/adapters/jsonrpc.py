@@ -25,6 +25,7 @@ from chaosproxy.message import Message, Phase
 
 MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
 MAX_EVENT = 16 << 20  # the largest SSE event that is inspected; larger ones pass as they are
+LEGACY_QUEUE = 64  # upstream events a legacy stream holds for a slow agent before it stops reading upstream
 _END = object()
 
 
@@ -57,6 +58,10 @@ class BodyRelay(Protocol):
         """An event-stream response, decided on event by event as it arrives (never buffered whole)."""
 
 
+class _Own(bytes):
+    """An event the proxy made itself (a fault's reply) on a legacy stream: it is not decided on again."""
+
+
 class JsonRpcRelay:
     """The BodyRelay of MCP and other JSON-RPC over HTTP (streamable HTTP, legacy HTTP+SSE)."""
 
@@ -86,7 +91,7 @@ class JsonRpcRelay:
         body = orjson.dumps(message)
         stream = self._legacy_streams.get(request.session)
         if stream is not None:  # legacy HTTP+SSE: the POST is accepted, the answer goes down the stream
-            stream.put_nowait(b"event: message\ndata: " + body + b"\n\n")
+            stream.put_nowait(_Own(b"event: message\ndata: " + body + b"\n\n"))
             return Respond(202, b"Accepted", {"Content-Type": "text/plain; charset=utf-8"})
         return Respond(200, body, {"Content-Type": "application/json"})
 
@@ -155,11 +160,16 @@ class JsonRpcRelay:
         if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
             first, session = self._endpoint(first, session)
             yield first
-            queue: asyncio.Queue[Any] = asyncio.Queue()
+            queue: asyncio.Queue[Any] = asyncio.Queue()  # bounded for upstream's events by `room`
+            room = asyncio.Semaphore(LEGACY_QUEUE)
             self._legacy_streams[session] = queue
-            pump = asyncio.create_task(_pump(frames, queue))
+            pump = asyncio.create_task(_pump(frames, queue, room))
             try:
                 while (frame := await queue.get()) is not _END:  # its replies' faults are their POSTs'
+                    if isinstance(frame, _Own):
+                        yield bytes(frame)
+                        continue
+                    room.release()
                     yield self.relay_frame(frame, request, session)
             finally:
                 pump.cancel()
@@ -197,9 +207,12 @@ def _comment_only(frame: bytes) -> bool:
     return all(not line or line.startswith(b":") for line in frame.splitlines())
 
 
-async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any]) -> None:
+async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any], room: asyncio.Semaphore) -> None:
+    """Upstream's events into the stream's queue, at most LEGACY_QUEUE ahead of the agent: past that,
+    upstream is not read (TCP pushes back on it) rather than its events held in memory."""
     try:
         async for frame in frames:
+            await room.acquire()
             queue.put_nowait(frame)
     finally:
         queue.put_nowait(_END)

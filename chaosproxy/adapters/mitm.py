@@ -286,6 +286,13 @@ class ChaosAddon:
         state.decided = True
         msg = state.msg
         state.llm = llm = self.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+        if self.engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
+            body = msg.body
+            session = msg.session if msg.session != flow.client_conn.peername[0] else None
+            flow.request.headers.update(self.engine.tracing.start(msg, network="tcp", url=flow.request.url,
+                                                                  session_id=session))
+            if msg.body is not body:
+                _set_body(flow.request, msg.body or b"")
         if self.engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg, state):
