@@ -767,6 +767,11 @@ class Inspection:
                     chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
                 case CutStream(after_events, idle):
                     chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
+        # a reply that is all here goes out in one send, after its call line: whoever reads the log once
+        # the agent has its answer finds the call there (as a stream's pieces, by contrast, go at once)
+        whole = not actions and (payload is not None or reader.body.done)
+        if whole:
+            exchange.conn.cork()
         if not exchange.started:
             exchange.start(response.status, response.reason, headers, length)
         async for piece in chunks:
@@ -774,7 +779,11 @@ class Inspection:
             if call.bytes_out == length and ending == "eof":  # the agent has it all with this piece: log first
                 call.finish(engine)
             exchange.write(piece)
-            await exchange.drain()
+            if not whole:
+                await exchange.drain()
+        if whole:
+            call.finish(engine)
+            exchange.conn.uncork()
         match ending:
             case "eof":
                 call.finish(engine)
