@@ -281,8 +281,11 @@ class Engine:
                 continue
             outcomes = [outcome] if isinstance(outcome, Fired) else outcome or []
             fired += outcomes
-            if any(ends_exchange(one.action) for one in outcomes):
+            if any(ends_exchange(one.action) and not _rewrites_plain_body(one, msg) for one in outcomes):
                 break
+        rewrites = [one for one in fired if _rewrites_plain_body(one, msg)]
+        for one in rewrites[:-1]:  # adapters send the first Garble's bytes: make them the last one's
+            one.action = rewrites[-1].action
         return fired
 
     def _route(self, msg: Message) -> list[Fired]:
@@ -390,6 +393,8 @@ class Engine:
         self._log_fault(rule, msg, action, index)
         if isinstance(action, Rewrite):
             msg.replace(action.message)
+        elif isinstance(action, Garble) and msg.rpc is None and rule.fault.level is Level.CONTENT:
+            msg.body = action.raw  # a REST body perturbed: later content rules perturb it further
         return Fired(rule, rule.fault, action)
 
     def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
@@ -439,6 +444,11 @@ def _changes_nothing(action: Action, msg: Message) -> bool:
         case Garble(raw=raw):
             return raw == msg.body
     return False
+
+
+def _rewrites_plain_body(fired: Fired, msg: Message) -> bool:
+    """True for a content fault's new plain (REST) body: faults on one body compose, so it ends nothing."""
+    return isinstance(fired.action, Garble) and fired.fault.level is Level.CONTENT and msg.rpc is None
 
 
 def _is_batch(body: bytes | None) -> bool:

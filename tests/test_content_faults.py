@@ -13,6 +13,7 @@ import random
 import re
 from typing import Any
 
+import aiohttp
 import pytest
 
 from chaosproxy.actions import Garble, Rewrite, Skip
@@ -427,3 +428,16 @@ def test_a_bad_path_in_a_block_list_names_its_own_line():
 def test_params_are_logged_as_given():
     fault = fault_of({"type": "typos", "rate": 0.2, "paths": ["$.a"]})
     assert fault.params() == {"rate": 0.2, "paths": ["$.a"]}
+
+
+async def test_two_content_faults_on_one_rest_body_compose(make_proxy):
+    """Typos, then an injection, on a plain JSON body: the agent gets both, and both are logged."""
+    proxy = make_proxy({"rules": [
+        {"name": "typos", "match": {"path": "/api/weather"}, "fault": {"type": "typos", "rate": 1}},
+        {"name": "inject", "match": {"path": "/api/weather"}, "fault": {"type": "inject_text", "canary": "CNRY"}}]})
+    async with aiohttp.ClientSession() as http, http.get(proxy.url + "/api/weather?city=oslo") as response:
+        body = json.loads(await response.read())
+    assert not body["city"].startswith("oslo") and "CNRY" in body["sky"]  # appended to the last string
+    typos, inject = proxy.events("fault")
+    assert (typos["rule"], inject["rule"]) == ("typos", "inject")
+    assert inject["original_digest"] == typos["perturbed_digest"]  # the injection perturbed the typo'd body

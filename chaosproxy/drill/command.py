@@ -9,6 +9,8 @@
   chaosproxy drill drill.yaml --plan                 # the run matrix (run, shard, scenario, seed) only
   chaosproxy drill drill.yaml --shard 1/3 --out drills/s1   # shard 1 of 3 (from 0); merge them afterwards:
   chaosproxy merge drills/s0 drills/s1 drills/s2 --out drills/all
+  chaosproxy drill drill.yaml --executor ray --ray-address HOST:PORT   # a Ray task per run (the [ray] extra)
+  chaosproxy drill drill.yaml --fail-under transition=0.8   # exit 3 when a success rate is under its minimum
 
 Each run gets its own proxy (or, with --stdio, a ready `chaosproxy stdio` command line) and its own
 seed. The agent finds in its environment (the drill's, less any other CHAOSPROXY_* variable):

@@ -16,7 +16,7 @@ from typing import Any
 RESULTS_FILE = "results.jsonl"
 DRILL_FILE = "drill.json"
 # Settings that change where and how fast a drill runs, not what it runs or what it finds.
-EXECUTION_SETTINGS = frozenset({"out", "jobs", "executor", "ray_address", "ray_num_cpus"})
+EXECUTION_SETTINGS = frozenset({"out", "jobs", "executor", "ray_address", "ray_num_cpus", "workdir"})
 
 
 class DrillFolderError(ValueError):

@@ -63,7 +63,11 @@ class Launcher:
             preexec_fn=preexec_fn,
         )
         launcher = cls(proc)
-        await launcher._ask({})  # answered once everything is imported
+        try:
+            await launcher._ask({})  # answered once everything is imported
+        except OSError:
+            await launcher.close()
+            raise
         return launcher
 
     async def _read(self) -> None:

@@ -149,7 +149,7 @@ class Run:
         self.spec = spec
         self.folder = folder.resolve()
         self.config = config
-        self.cwd = cwd or config.workdir  # where the agent and the judge run (their relative paths); None: here
+        self.cwd = cwd or config.workdir  # where the agent and judge run; None: here
         self.launcher: Launcher | None = None  # forks the run's proxy warm; None: a fresh process
         self.groups: list[_Group] = []
         self.tracing = tracing
@@ -334,7 +334,11 @@ async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
     launcher = None
     try:
         if any(run.config.upstream is not None for run in runs):
-            launcher = await Launcher.start(preexec_fn=_die_with_parent)
+            try:
+                launcher = await Launcher.start(preexec_fn=_die_with_parent)
+            except OSError as exc:  # slower, not wrong: each run's proxy is then a fresh process
+                print(f"chaosproxy drill: warning: no proxy launcher ({exc}); starting each proxy afresh",
+                      file=sys.stderr)
             for run in runs:
                 run.launcher = launcher
         return await asyncio.gather(*(one(run) for run in runs))

@@ -398,8 +398,10 @@ class LlmExchange:
         arguments = call.arguments
         if message.rpc is not before:
             new = params.get("arguments")
-            arguments = new if isinstance(new, str) else \
-                arguments if new == call.parsed or new == {} and not call.arguments else view.json_text(new)
+            if isinstance(new, str):  # made invalid on purpose (malformed_tool_call)
+                arguments = new
+            elif isinstance(call.parsed, dict) and isinstance(new, dict) and new != call.parsed:
+                arguments = view.json_text(new)  # renamed back, retyped; arguments that were not JSON stay
         answered = next((f.action for f in fired if isinstance(f.action, ReplyAction)), None)
         imitated = name not in self.agent_tools and name in self.memory.counterparts
         if imitated:  # a tool the proxy made up: the agent runs the one it imitates

@@ -2,16 +2,20 @@
 
 Every row compares the success rate of the base drill's runs with the new drill's: overall (runs where
 any fault fired), clean baselines, per POMDP component and fault type (runs where a fault of it fired)
-and per scenario (runs of the very same scenario text, so sampled scenarios pair up when both drills
-drew them from one suite with one root seed). The difference, new minus base, comes with Newcombe's
+and per scenario (runs of the very same rules, so sampled scenarios pair up when both drills drew them
+from one suite with one root seed). The difference, new minus base, comes with Newcombe's
 95% interval; when the interval leaves out 0 the change is real at this sample size. Drills with other
 suites or seeds are compared on the rows they share, and the comparison lists the rest.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from chaosproxy.drill.folder import Drill
 from chaosproxy.report.fmt import rate_text
@@ -87,8 +91,20 @@ class Comparison:
         return [row for row in self.rows if row.section == name]
 
 
+def _what_it_does(text: str) -> str:
+    """A scenario's rules (and routes), canonical: comments and descriptions, which name the suite file
+    as it was given, say nothing about what the runs met."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    return json.dumps({key: value for key, value in data.items() if key != "description"}, sort_keys=True)
+
+
 def _scenario_rates(drill: Drill) -> dict[str, tuple[str, Rate]]:
-    """Scenario text -> (label, success rate) for every configuration of the drill."""
+    """What a scenario does -> (label, success rate) for every configuration of the drill."""
     runs_by_label: dict[str, list[dict[str, Any]]] = {}
     for result in drill.results:
         runs_by_label.setdefault(str(result["label"]), []).append(result)
@@ -100,7 +116,8 @@ def _scenario_rates(drill: Drill) -> dict[str, tuple[str, Rate]]:
         except OSError:
             continue  # a run folder that was not kept: its label cannot be matched by content
         counted = [r for r in runs if r["status"] != "error"]
-        rates[text] = (label, Rate(sum(r["status"] == "passed" for r in counted), len(counted)))
+        passed = sum(r["status"] == "passed" for r in counted)
+        rates[_what_it_does(text)] = (label, Rate(passed, len(counted)))
     return rates
 
 
@@ -143,11 +160,20 @@ def compare(base: Drill, new: Drill) -> Comparison:
     comparison.settings_differ = [
         (key, old_config.get(key), new_config.get(key))
         for key in COMPARED_SETTINGS
-        if old_config.get(key) != new_config.get(key)
+        if _setting(key, old_config.get(key)) != _setting(key, new_config.get(key))
     ]
     if base.settings.get("seed") != new.settings.get("seed"):
         comparison.settings_differ.insert(0, ("seed", base.settings.get("seed"), new.settings.get("seed")))
     return comparison
+
+
+def _setting(key: str, value: Any) -> Any:
+    """A setting as compared: file paths normalised (a drill file's paths are relative to its folder)."""
+    if key == "suite" and isinstance(value, str):
+        return os.path.normpath(value)
+    if key == "scenarios" and isinstance(value, list):
+        return [os.path.normpath(path) for path in value]
+    return value
 
 
 def _label_order(label: str) -> tuple[int, str]:
