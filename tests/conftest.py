@@ -19,6 +19,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
+from tests.framing_support import Script, ScriptedUpstream
 from tests.mcp_support import STRICT_SERVER, serve
 from tests.support import RunningProxy, ServerLoop
 
@@ -91,3 +92,18 @@ def mcp_paged() -> Iterator[str]:
     """tests/strict_server.py listing its tools two per page."""
     with serve("http", "--page-size", "2", command=STRICT_SERVER) as url:
         yield url
+
+
+@pytest.fixture
+def scripted(server_loop: ServerLoop) -> Iterator[Any]:
+    """Start upstreams that play a script on each connection (hostile or odd HTTP); all stopped after."""
+    started: list[ScriptedUpstream] = []
+
+    def start(script: Script) -> ScriptedUpstream:
+        upstream = ScriptedUpstream(server_loop, script)
+        started.append(upstream)
+        return upstream
+
+    yield start
+    for upstream in started:
+        upstream.close()

@@ -9,33 +9,18 @@ import gzip
 import json
 import time
 import zlib
-from collections.abc import Iterator
 
 import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
-from tests.framing_support import RawClient, ScriptedUpstream, read_request
-from tests.support import ServerLoop, rule
+from tests.framing_support import RawClient, read_request
+from tests.support import rule
 
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 REPLY = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}]}}
 LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "at": "response"})
-
-
-@pytest.fixture
-def scripted(server_loop: ServerLoop) -> Iterator:
-    started: list[ScriptedUpstream] = []
-
-    def start(script) -> ScriptedUpstream:
-        upstream = ScriptedUpstream(server_loop, script)
-        started.append(upstream)
-        return upstream
-
-    yield start
-    for upstream in started:
-        upstream.close()
 
 
 def get(path: str, *extra: str) -> bytes:

@@ -144,25 +144,20 @@ def _still_serves_via(proxy) -> None:
 
 
 @pytest.fixture
-def scripted_once(server_loop):
-    started: list[ScriptedUpstream] = []
-
+def scripted_once(scripted):
+    """An upstream that answers each request with `plays[0]`, whatever it is, then closes."""
     def start(plays: list[bytes]) -> ScriptedUpstream:
         async def script(reader, writer):
             await read_request(reader)
             writer.write(plays[0])
             await writer.drain()
 
-        upstream = ScriptedUpstream(server_loop, script)
-        started.append(upstream)
-        return upstream
+        return scripted(script)
 
-    yield start
-    for upstream in started:
-        upstream.close()
+    return start
 
 
-def test_slowloris_upstream_gets_a_504_after_the_upstream_timeout(make_proxy, scripted_once, server_loop):
+def test_slowloris_upstream_gets_a_504_after_the_upstream_timeout(make_proxy, scripted):
     async def drip(reader, writer):
         await read_request(reader)
         for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok":
@@ -170,19 +165,15 @@ def test_slowloris_upstream_gets_a_504_after_the_upstream_timeout(make_proxy, sc
             await writer.drain()
             await asyncio.sleep(0.3)
 
-    upstream = ScriptedUpstream(server_loop, drip)
-    try:
-        proxy = make_proxy(to=upstream.url, upstream_timeout=1)
-        started = time.monotonic()
-        with RawClient(proxy.url, timeout=10) as client:
-            client.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-            status, headers, body = client.response()
-        assert status == 504 and headers["X-Chaosproxy-Error"] == "upstream-timeout"
-        assert time.monotonic() - started < 3
-        [call] = proxy.events("call")
-        assert call["outcome"] == "upstream_timeout"
-    finally:
-        upstream.close()
+    proxy = make_proxy(to=scripted(drip).url, upstream_timeout=1)
+    started = time.monotonic()
+    with RawClient(proxy.url, timeout=10) as client:
+        client.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+        status, headers, _ = client.response()
+    assert status == 504 and headers["X-Chaosproxy-Error"] == "upstream-timeout"
+    assert time.monotonic() - started < 3
+    [call] = proxy.events("call")
+    assert call["outcome"] == "upstream_timeout"
 
 
 def test_a_json_rpc_body_over_the_size_limit_passes_as_it_is(make_proxy, scripted_once):
