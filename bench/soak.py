@@ -16,7 +16,8 @@ Every request carries its own `Mcp-Session-Id`, so each log line names the reque
   or a logged upstream failure: must be 0; client timeouts (--timeout) count as unexplained;
 - call lines against requests: one per request (plus aiohttp's own second attempt of a GET whose
   pooled connection a reset broke, which follows a call line saying so);
-- the proxy's RSS and open file descriptors at start (after a warm-up) and at the end;
+- the proxy's RSS and open file descriptors at start (after a warm-up) and at the end, and its RSS
+  every tenth of the run (the bounded tables fill in the first minute, then it should stay level);
 - p50/p99 latency of requests no fault touched, and the share answered 502 while an upstream was down.
 
 The exit status is 0 when both checks hold. Nothing here talks to anything but 127.0.0.1.
@@ -119,6 +120,7 @@ class Tally:
     failed: dict[str, str] = field(default_factory=dict)  # session -> what the client saw
     timeouts: list[str] = field(default_factory=list)
     latency: dict[str, float] = field(default_factory=dict)  # session -> seconds, answered requests
+    rss_mib: list[float] = field(default_factory=list)  # the proxy's, every tenth of the run
 
 
 async def one_request(client: aiohttp.ClientSession, base: str, session: str, n: int, rng: random.Random,
@@ -148,8 +150,9 @@ async def one_request(client: aiohttp.ClientSession, base: str, session: str, n:
 
 
 async def load(base: str, duration: float, concurrency: int, timeout: float, upstreams: Upstreams | None,
-               seed: int, prefix: str) -> Tally:
-    """Requests for `duration` seconds, sessions named PREFIX-N; with `upstreams`, killed and restarted twice."""
+               seed: int, prefix: str, proxy_pid: int) -> Tally:
+    """Requests for `duration` seconds, sessions named PREFIX-N; with `upstreams`, killed and restarted twice.
+    The proxy's RSS is sampled every tenth of the run."""
     tally = Tally()
     numbers = itertools.count(1)
     deadline = time.monotonic() + duration
@@ -171,7 +174,12 @@ async def load(base: str, duration: float, concurrency: int, timeout: float, ups
                 await asyncio.sleep(1)
                 await asyncio.to_thread(upstreams.start)
 
-        await asyncio.gather(*(worker(k) for k in range(concurrency)), restarts())
+        async def sample_rss() -> None:
+            for k in range(1, 10):
+                await asyncio.sleep(max(0.0, deadline - duration + k * duration / 10 - time.monotonic()))
+                tally.rss_mib.append(round(usage(proxy_pid)[0], 1))
+
+        await asyncio.gather(*(worker(k) for k in range(concurrency)), restarts(), sample_rss())
     return tally
 
 
@@ -217,10 +225,12 @@ def main() -> int:
     try:
         wait_listening(port, proxy)
         base = f"http://127.0.0.1:{port}"
-        asyncio.run(load(base, min(5.0, args.duration / 10), args.concurrency, args.timeout, None, args.seed, "warm"))
+        asyncio.run(load(base, min(5.0, args.duration / 10), args.concurrency, args.timeout, None, args.seed, "warm",
+                         proxy.pid))
         start_rss, start_fds = usage(proxy.pid)
         started = time.monotonic()
-        tally = asyncio.run(load(base, args.duration, args.concurrency, args.timeout, upstreams, args.seed, "soak"))
+        tally = asyncio.run(load(base, args.duration, args.concurrency, args.timeout, upstreams, args.seed, "soak",
+                                 proxy.pid))
         took = time.monotonic() - started
         end_rss, end_fds = usage(proxy.pid)
         proxy.send_signal(signal.SIGTERM)
@@ -257,6 +267,7 @@ def main() -> int:
         "call_lines": call_lines, "client_retries_after_a_reset": retries,
         "call_lines_equal_requests": every_request_logged,
         "proxy_rss_mib": [round(start_rss, 1), round(end_rss, 1)], "proxy_fds": [start_fds, end_fds],
+        "proxy_rss_mib_every_tenth": tally.rss_mib,
         "unfaulted_p50_ms": round(percentile(clean, 50) * 1000, 2),
         "unfaulted_p99_ms": round(percentile(clean, 99) * 1000, 2),
         "requests_per_s": round(tally.sent / took, 1), "folder": str(folder),
