@@ -215,6 +215,7 @@ class HttpProxy:
                                                   allow_redirects=False)
         except (aiohttp.ClientError, OSError) as exc:
             exchange.outcome = "upstream_error"
+            route.relay.forget(msg)
             ops.warning("upstream %s unreachable for %s %s: %s", route.upstream, request.method, request.path, exc)
             return self._respond(_upstream_error(route.upstream, exc), exchange)
         async with upstream:
