@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""chaosproxy benchmark: direct vs chaosproxy (no faults) vs a minimal aiohttp proxy, side by side.
+"""chaosproxy benchmark: direct vs chaosproxy vs the floor (fastrelay, nginx) and aiohttp, side by side.
 
-    .venv/bin/python bench/run.py [--quick] [--out DIR] [--targets chaos,chaos-log,aiohttp,aiohttp-uvloop]
+    .venv/bin/python bench/run.py [--quick] [--out DIR]
+        [--targets chaos,chaos-log,chaos-rules,fastrelay,nginx,aiohttp,aiohttp-uvloop]
 
 Loopback only. Every process is started in its own session and stopped by its process group;
 every wait has a deadline. Prints Markdown tables; writes summary.md, results.json, raw wrk output
@@ -31,9 +32,18 @@ CHAOS = str(Path(PY).parent / "chaosproxy")
 TICK = os.sysconf("SC_CLK_TCK")
 MIB, GIB = 1 << 20, 1 << 30
 SSE_EVENTS, SSE_GAP_MS = 20, 50
-TARGETS = ["direct", "chaos", "chaos-log", "aiohttp", "aiohttp-uvloop"]
-BUDGET = {"add_p50_ms": 0.3, "cpu_us_c64": 250, "sse_add_ttfe_ms": 2.0, "mib_ratio": 0.3,
+TARGETS = ["direct", "chaos", "chaos-log", "chaos-rules", "fastrelay", "nginx", "aiohttp", "aiohttp-uvloop"]
+DEFAULT_TARGETS = "chaos,chaos-rules,fastrelay,nginx"
+# CPU per request at c=64 is judged against fastrelay's in the same run (when it is a target)
+BUDGET = {"add_p50_ms": 0.15, "cpu_x_fastrelay_c64": 1.5, "sse_add_ttfe_ms": 1.0, "mib_ratio": 0.3,
           "gib_rss_growth_mib": 32}
+# chaos-rules: rules that match none of the benchmark's traffic, of every cheap kind (path, method, header)
+NON_MATCHING = """rules:
+  - {name: admin-down, match: {path: /admin/*}, fault: {type: http_error, status: 503}}
+  - {name: no-deletes, match: {http_method: DELETE}, fault: {type: http_error, status: 405}}
+  - {name: canary-slow, match: {header: {X-Canary: "1"}}, fault: {type: latency, delay_ms: 100}}
+  - {name: other-route, match: {route: billing}, fault: {type: reset}}
+"""
 PROFILES = {  # rounds x seconds of wrk per target, SSE repetitions
     "full": {"c1": (5, 3), "c64": (3, 3), "mib": (3, 2), "sse": 9},
     "quick": {"c1": (2, 2), "c64": (1, 2), "mib": (1, 2), "sse": 3},
@@ -111,10 +121,53 @@ def wait_ready(name: str, port: int, proc: subprocess.Popen, timeout: float = 20
 def proxy_argv(target: str, port: int, upstream: str, out: Path) -> list[str]:
     listen = f"127.0.0.1:{port}"
     if target.startswith("chaos"):
-        log_path = "/dev/null" if target == "chaos" else str(out / "chaos-calls.jsonl")
-        return [CHAOS, "run", "--upstream", upstream, "--listen", listen, "--log", log_path]
+        log_path = str(out / "chaos-calls.jsonl") if target == "chaos-log" else "/dev/null"
+        scenario = []
+        if target == "chaos-rules":
+            (out / "non-matching.yaml").write_text(NON_MATCHING)
+            scenario = ["--scenario", str(out / "non-matching.yaml")]
+        return [CHAOS, "run", "--upstream", upstream, "--listen", listen, "--log", log_path, *scenario]
+    uport = upstream.rpartition(":")[2]
+    if target == "fastrelay":
+        return [PY, str(HERE / "fastrelay.py"), str(port), uport]
+    if target == "nginx":
+        return [NGINX, "-p", str(out), "-c", str(_nginx_conf(out, port, uport)), "-e", "stderr"]
     return [PY, str(HERE / "aioproxy.py"), "--listen", listen, "--upstream", upstream,
             *(["--uvloop"] if target == "aiohttp-uvloop" else [])]
+
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def _nginx_conf(out: Path, port: int, upstream_port: str) -> Path:
+    """nginx as a plain keep-alive reverse proxy: one process (so its CPU is one pid's), no buffering."""
+    (out / "nginx").mkdir(exist_ok=True)
+    conf = out / "nginx" / "nginx.conf"
+    conf.write_text(f"""daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid {out}/nginx/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {out}/nginx/body;
+    proxy_temp_path {out}/nginx/proxy;
+    upstream tools {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://tools;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }}
+    }}
+}}
+""")
+    return conf
 
 
 def start_targets(procs: Procs, targets: list[str], out: Path) -> tuple[dict, dict, int]:
@@ -302,10 +355,11 @@ def summarise(res: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def verdicts(f: dict) -> dict[str, bool]:
+def verdicts(f: dict, floor: dict | None) -> dict[str, bool]:
+    cpu = {} if floor is None else {"cpu_us_c64": f["cpu_us_c64"] <= BUDGET["cpu_x_fastrelay_c64"] * floor["cpu_us_c64"]}
     return {
         "add_p50_ms": f["add_p50_ms"] <= BUDGET["add_p50_ms"],
-        "cpu_us_c64": f["cpu_us_c64"] <= BUDGET["cpu_us_c64"],
+        **cpu,
         "sse_add_ttfe_ms": f["sse_add_ttfe_ms"] is not None and f["sse_events"] >= SSE_EVENTS
         and f["sse_add_ttfe_ms"] <= BUDGET["sse_add_ttfe_ms"],
         "mib_ratio": f["mib_ratio"] >= BUDGET["mib_ratio"],
@@ -339,7 +393,7 @@ def report(summary: dict[str, dict], checks: dict[str, dict[str, bool]], info: d
         parts.append("\n".join(lines))
     parts.append(
         f"Budget for chaos*: added p50 ≤ {BUDGET['add_p50_ms']} ms, "
-        f"CPU ≤ {BUDGET['cpu_us_c64']} µs/req at c64, "
+        f"CPU ≤ {BUDGET['cpu_x_fastrelay_c64']}× fastrelay's µs/req at c64, "
         f"SSE first event ≤ {BUDGET['sse_add_ttfe_ms']} ms after direct with all {SSE_EVENTS} events, "
         f"1 MiB ≥ {BUDGET['mib_ratio']}× direct, 1 GiB streamed whole with RSS growth ≤ "
         f"{BUDGET['gib_rss_growth_mib']} MiB; ✗ marks a miss.\n"
@@ -364,7 +418,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter runs (about a minute)")
     ap.add_argument("--out", type=Path, help="results folder (default /tmp/chaosproxy-bench-DATE)")
-    ap.add_argument("--targets", default=",".join(TARGETS[1:]), help="proxies to compare with direct")
+    ap.add_argument("--targets", default=DEFAULT_TARGETS, help=f"proxies to compare with direct, of {TARGETS[1:]}")
     args = ap.parse_args()
     targets = ["direct"] + [t for t in TARGETS[1:] if t in args.targets.split(",")]
     for tool in ("wrk", "curl"):
@@ -389,7 +443,7 @@ def main() -> int:
     wall, machine, own = (e - s for e, s in zip(end, start, strict=True))
     info["others_cpu_share"] = max(0.0, machine - own) / (wall * info["nproc"])
     summary = summarise(res)
-    checks = {t: verdicts(f) for t, f in summary.items() if t.startswith("chaos")}
+    checks = {t: verdicts(f, summary.get("fastrelay")) for t, f in summary.items() if t.startswith("chaos")}
     info.update(profile=prof, budget=BUDGET, elapsed_s=round(time.monotonic() - T0, 1))
     results = {"meta": info, "summary": summary, "checks": checks, "raw": res}
     (out / "results.json").write_text(json.dumps(results, indent=1))

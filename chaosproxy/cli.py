@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
     run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
                      metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
+    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT", "300")),
+                     metavar="SECONDS", help="give up on an upstream that takes longer to accept a connection or "
+                                             "to send a response head: 504 (default 300)")
+    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB", "16")), metavar="MIB",
+                     help="the largest body or SSE event rules look inside; larger ones pass as they are (default 16)")
     _add_run_options(run)
 
     stdio = sub.add_parser(
@@ -214,7 +219,8 @@ def _run(args: argparse.Namespace) -> int:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     targets = ", ".join(f"{prefix} {url}" for prefix, url in routes.items())
-    return _serve(args, scenario, lambda engine: HttpProxy(engine, routes),
+    return _serve(args, scenario, lambda engine: HttpProxy(engine, routes, upstream_timeout=args.upstream_timeout,
+                                                           max_message_bytes=int(args.max_message_mib * (1 << 20))),
                   lambda host, port: f"listening on http://{host}:{port} -> {targets}")
 
 

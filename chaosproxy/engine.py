@@ -80,6 +80,7 @@ class _CompiledRule:
             checks.append(lambda msg: msg.path is not None and is_path(msg.path))
         for name, value in m.header.items():
             checks.append(_header_check(name, _glob(value)))
+        self.head_checks = list(checks)  # the checks an HTTP request's head alone can answer
         if m.api is not None:
             is_api = _glob(m.api)
             checks.append(lambda msg: msg.api is not None and is_api(msg.api))
@@ -184,6 +185,13 @@ class Engine:
         if phase is Phase.REQUEST and messages and self._routes_calls:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
+
+    def could_act(self, msg: Message) -> bool:
+        """False when no rule could act on this HTTP request or on its response, judged from the request
+        head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""
+        if self._routes_calls and msg.http_method == "POST":
+            return True
+        return any(rule.rule.enabled and all(check(msg) for check in rule.head_checks) for rule in self._compiled)
 
     def end_session(self, key: str, reason: str = "ended") -> None:
         """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""

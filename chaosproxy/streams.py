@@ -56,36 +56,58 @@ async def sse_events(chunks: AsyncIterator[bytes], max_events: int) -> AsyncIter
         yield chunk
 
 
+class Unframed(bytes):
+    """Bytes of an SSE event too large to hold (over the splitter's limit): relayed as they are, not inspected."""
+
+
 class SseSplitter:
     """Cuts a stream fed chunk by chunk into SSE events (each with its blank-line terminator).
 
-    For adapters that are handed chunks rather than an iterator to pull from (mitmproxy's stream hook).
+    Linear in the stream's size however large an event is: each feed scans only the new bytes (and
+    the 3 before them, as a boundary may straddle chunks). An event that grows past `max_event`
+    bytes is given back in `Unframed` pieces as it arrives, up to and including its end.
     """
 
-    __slots__ = ("_pending",)
+    __slots__ = ("_pending", "_scanned", "_max", "_oversize")
 
-    def __init__(self) -> None:
-        self._pending = b""
+    def __init__(self, max_event: int = 16 << 20) -> None:
+        self._pending = bytearray()
+        self._scanned = 0
+        self._max = max_event
+        self._oversize = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """The events this chunk completes."""
-        pending = self._pending + chunk
-        events, start = [], 0
-        for end in _EVENT_END.finditer(pending):
-            events.append(pending[start:end.end()])
+        """The events this chunk completes (or Unframed pieces of an oversize one)."""
+        pending = self._pending
+        pending += chunk
+        events: list[bytes] = []
+        start = 0
+        for end in _EVENT_END.finditer(pending, max(self._scanned - 3, 0)):
+            piece = bytes(pending[start:end.end()])
+            events.append(Unframed(piece) if self._oversize else piece)
+            self._oversize = False
             start = end.end()
-        self._pending = pending[start:]
+        if start:
+            del pending[:start]
+        if len(pending) > self._max:
+            self._oversize = True
+            tail = bytes(pending[-3:])  # kept back: a boundary may start here
+            events.append(Unframed(bytes(pending[:-3])))
+            pending[:] = tail
+        self._scanned = len(pending)
         return events
 
     def rest(self) -> bytes:
         """What is left after the last complete event (an unterminated one) when the stream ends."""
-        rest, self._pending = self._pending, b""
-        return rest
+        rest = bytes(self._pending)
+        self._pending.clear()
+        self._scanned = 0
+        return Unframed(rest) if self._oversize else rest
 
 
-async def sse_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def sse_frames(chunks: AsyncIterator[bytes], max_event: int = 16 << 20) -> AsyncIterator[bytes]:
     """Each SSE event as one bytes object (with its blank-line terminator) as soon as it is complete."""
-    splitter = SseSplitter()
+    splitter = SseSplitter(max_event)
     async for chunk in chunks:
         for event in splitter.feed(chunk):
             yield event

@@ -19,6 +19,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
+from tests.framing_support import Script, ScriptedUpstream
 from tests.mcp_support import STRICT_SERVER, serve
 from tests.support import RunningProxy, ServerLoop
 
@@ -39,15 +40,16 @@ def upstream(server_loop: ServerLoop) -> Iterator[str]:
 
 @pytest.fixture
 def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[Any]:
-    """Start a proxy with a scenario (YAML text or dict) and a seed; all are stopped after the test."""
+    """Start a proxy with a scenario (YAML text or dict), a seed and HttpProxy options; all are stopped after the test."""
     started: list[tuple[HttpProxy, PerturbationLog]] = []
 
-    def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None) -> RunningProxy:
+    def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
+              **options: Any) -> RunningProxy:
         text = scenario if isinstance(scenario, str) else yaml.safe_dump(scenario)
         log_path = tmp_path / f"log-{len(started)}.jsonl"
         log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed)
         engine = Engine(parse_scenario(text), seed=seed, log=log)
-        proxy = HttpProxy(engine, engine.scenario.routes or to or upstream)
+        proxy = HttpProxy(engine, engine.scenario.routes or to or upstream, **options)
         port = server_loop.run(proxy.start("127.0.0.1", 0))
         started.append((proxy, log))
         return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path)
@@ -90,3 +92,18 @@ def mcp_paged() -> Iterator[str]:
     """tests/strict_server.py listing its tools two per page."""
     with serve("http", "--page-size", "2", command=STRICT_SERVER) as url:
         yield url
+
+
+@pytest.fixture
+def scripted(server_loop: ServerLoop) -> Iterator[Any]:
+    """Start upstreams that play a script on each connection (hostile or odd HTTP); all stopped after."""
+    started: list[ScriptedUpstream] = []
+
+    def start(script: Script) -> ScriptedUpstream:
+        upstream = ScriptedUpstream(server_loop, script)
+        started.append(upstream)
+        return upstream
+
+    yield start
+    for upstream in started:
+        upstream.close()

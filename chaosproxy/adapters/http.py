@@ -1,54 +1,97 @@
-"""HTTP reverse proxy adapter (aiohttp): forwards every path to one upstream, faults per request.
+"""HTTP reverse proxy adapter: one listener, routes by path prefix, faults per request.
 
-Bodies stream through chunk by chunk; a request body is read whole only when a rule needs to look
-inside it (JSON-RPC method or tool), and a response body only when a fault needs its length.
+The wire is `h1` (asyncio Protocols + httptools). Each request is judged on its head alone
+(`Engine.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
+callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting path (`Inspection`,
+one coroutine), which reads what rules need, asks the engine, and carries the actions out.
+
+Where a call starts and ends, for whoever wants to hook in (tracing): `HttpProxy.handle` builds the
+`Call` once the head is known and before anything goes upstream (`Call.upstream_headers` are added to
+the request sent there); `Call.finish` logs its call line, exactly once, whatever befell the call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
+import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+import zlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
+from urllib.parse import unquote
 
-import aiohttp
 import orjson
-from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from chaosproxy import streams
-from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.adapters.h1 import (
+    IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError, UpstreamPool,
+    chunk, last_chunk,
+)
+from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
+from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-                        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection", "host"})
-SMALL_BODY = 1 << 20  # request bodies up to this size are read in one go; larger ones stream
-RULE_BODY_LIMIT = 16 << 20  # the largest request body a rule may look inside
+HOP_BY_HOP = frozenset(name.decode() for name in (
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
+    b"transfer-encoding", b"upgrade", b"proxy-connection", b"host"))
+SMALL_BODY = 1 << 20  # request bodies up to this size are kept for the call line (JSON-RPC method, tool)
+RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look inside
+# REQUEST_TRAILERS: trailers of a chunked request are not forwarded. Upstream connections are pooled
+# across agents, and some servers (aiohttp's among them) read request trailers as headers of the
+# *next* request on the connection: one agent's trailer would reach another agent's request.
+RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
+UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 
 
-def forwardable(headers: CIMultiDictProxy[str], *, drop: frozenset[str] = frozenset()) -> CIMultiDict[str]:
-    """All headers but hop-by-hop ones (including those the Connection header names)."""
-    hop = HOP_BY_HOP | drop
-    if connection := headers.get("Connection"):
-        hop = hop | {token.strip().lower() for token in connection.split(",")}
-    forwarded: CIMultiDict[str] = CIMultiDict()
-    spelling: dict[str, str] = {}  # repeated names keep their first spelling: aiohttp's client would
-    for name, value in headers.items():  # otherwise keep only the last of X-V / X-v
-        lower = name.lower()
-        if lower not in hop:
-            forwarded.add(spelling.setdefault(lower, name), value)
-    return forwarded
+class HeaderView(Mapping[str, str]):
+    """Raw header pairs read as a case-insensitive str mapping (first value wins), decoded on demand."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: Headers) -> None:
+        self.pairs = pairs
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        wanted = name.lower().encode("latin-1")
+        for key, value in self.pairs:
+            if key.lower() == wanted:
+                return value.decode("latin-1")
+        return default
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (key.decode("latin-1") for key, _ in self.pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+
+def header(pairs: Headers, name: bytes) -> bytes | None:
+    for key, value in pairs:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def without(pairs: Headers, *names: bytes) -> Headers:
+    return [(key, value) for key, value in pairs if key.lower() not in names]
 
 
 class Exchange:
-    """What the call log needs to know about one request, filled in as it goes."""
+    """What the call log needs to know about one request, filled in as it goes (mitm's flows are these too)."""
 
     __slots__ = ("started", "status", "bytes_out", "outcome", "faults")
 
@@ -60,206 +103,654 @@ class Exchange:
         self.faults: list[str] = []
 
 
+class Call(Exchange):
+    """One request through `chaosproxy run`, from its head being in to its call line being logged (once)."""
+
+    __slots__ = ("msg", "logged", "upstream_headers")
+
+    def __init__(self, msg: Message) -> None:
+        super().__init__()
+        self.msg = msg
+        self.logged = False
+        self.upstream_headers: Headers = []  # added to the request sent upstream (e.g. traceparent)
+
+    def finish(self, engine: Engine) -> None:
+        """Here a call ends: its call line (and its span, when tracing) is written, exactly once."""
+        if not self.logged:
+            self.logged = True
+            msg = self.msg
+            log_call(engine, msg.transport, msg, self)
+            if msg.http_method == "DELETE" and self.status is not None and self.status < 300 and \
+                    "Mcp-Session-Id" in msg.headers:  # the agent ended its MCP session: its state goes
+                engine.end_session(msg.session)
+
+
 class Route:
     """Requests under `prefix` go to `upstream` with the prefix taken off ("/" takes everything else)."""
 
-    __slots__ = ("prefix", "name", "upstream", "relay", "llm")
+    __slots__ = ("prefix", "name", "upstream", "base_path", "host_header", "pool", "relay", "llm")
 
-    def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str) -> None:
+    def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str, timeout: float) -> None:
+        url = URL(upstream)
         self.prefix = prefix.rstrip("/")
         self.name = self.prefix.lstrip("/") or "default"
-        self.upstream = str(URL(upstream)).rstrip("/")
-        self.relay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
+        self.upstream = str(url).rstrip("/")
+        self.base_path = url.raw_path.rstrip("/").encode()
+        self.host_header = (url.raw_host or "").encode() + (b":%d" % url.port if not url.is_default_port() else b"")
+        context = ssl.create_default_context() if url.scheme == "https" else None
+        self.pool = UpstreamPool(url.raw_host or "127.0.0.1", url.port or 80, connect_timeout=timeout, tls=context)
+        self.relay: BodyRelay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
         self.llm = LlmRelay(engine)  # model-API requests (chat/completions, messages, responses)
 
-    def target(self, raw_path: str) -> str | None:
-        """The upstream URL for a request path (with query), or None when the path is not under the prefix."""
+    def target(self, raw_target: str) -> str | None:
+        """The upstream request target (path and query) for a request's, or None when not under the prefix."""
         if not self.prefix:
-            return self.upstream + raw_path
-        rest = raw_path[len(self.prefix):]
-        if raw_path.startswith(self.prefix) and (not rest or rest[0] in "/?"):
-            return self.upstream + (rest if rest.startswith("/") else "/" + rest)
+            return raw_target
+        rest = raw_target[len(self.prefix):]
+        if raw_target.startswith(self.prefix) and (not rest or rest[0] in "/?"):
+            return rest if rest.startswith("/") else "/" + rest
         return None
+
+    def relay_for(self, path: str) -> BodyRelay:
+        """The body relay for a request path (JSON-RPC today; model APIs get their own by path)."""
+        return self.relay
+
+    def request_head(self, method: str, target: bytes, head: Head, call: Call, *, upgrade: bool = False) -> Headers:
+        """The headers sent upstream: the agent's end-to-end ones, Host naming the upstream."""
+        keep = frozenset({b"upgrade"}) if upgrade else frozenset()
+        headers = [(b"Host", self.host_header), *head.end_to_end(keep=keep, drop=frozenset({b"host", b"content-length"}))]
+        if upgrade:
+            headers.append((b"Connection", b"Upgrade"))
+        return headers + call.upstream_headers
+
+
+def first_line(method: str, target: bytes) -> bytes:
+    return b"%b %b HTTP/1.1\r\n" % (method.encode("latin-1"), target)
+
+
+def body_framing(length: int | None, chunked: bool) -> bytes:
+    if chunked:
+        return b"Transfer-Encoding: chunked\r\n"
+    return b"Content-Length: %d\r\n" % length if length is not None else b""
 
 
 class HttpProxy:
     """Reverse proxy from one listener to one upstream, or to several by path prefix (routes)."""
 
-    def __init__(self, engine: Engine, upstream: str | Mapping[str, str], *, transport: str = "http") -> None:
+    def __init__(self, engine: Engine, upstream: str | Mapping[str, str], *, transport: str = "http",
+                 upstream_timeout: float = UPSTREAM_TIMEOUT, max_message_bytes: int = RULE_BODY_LIMIT) -> None:
         self.engine = engine
         self.transport = transport
+        self.upstream_timeout = upstream_timeout
+        self.max_message_bytes = max_message_bytes
         routes = {"/": upstream} if isinstance(upstream, str) else upstream
         # longest prefix first, so /a/b wins over /a and / catches the rest
-        self.routes = sorted((Route(prefix, url, engine, transport) for prefix, url in routes.items()),
+        self.routes = sorted((Route(prefix, url, engine, transport, upstream_timeout) for prefix, url in routes.items()),
                              key=lambda route: len(route.prefix), reverse=True)
-        self._client: aiohttp.ClientSession | None = None
-        self._runner: web.ServerRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
-        self._client = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-        )
-        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
-        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        await site.start()
-        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
+                                                reuse_address=True, backlog=1024)
+        return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._client is not None:
-            await self._client.close()
-
-    def _route(self, raw_path: str) -> tuple[Route | None, str | None]:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=1)
         for route in self.routes:
-            if (url := route.target(raw_path)) is not None:
-                return route, url
+            route.pool.close()
+
+    def _route(self, raw_target: str) -> tuple[Route | None, str | None]:
+        for route in self.routes:
+            if (target := route.target(raw_target)) is not None:
+                return route, target
         return None, None
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        exchange = Exchange()
-        raw_path = request.raw_path
-        session = request.headers.get("Mcp-Session-Id")
-        if session is None:  # legacy HTTP+SSE names the session in the query; parse it only then
-            query = request.query if "ession" in raw_path else {}
-            session = query.get("sessionId") or query.get("session_id") or request.remote or "-"
-        route, url = self._route(raw_path)
-        msg = Message(self.transport, Phase.REQUEST, session=session, http_method=request.method,
-                      path=request.path, headers=request.headers, route=route.name if route else None)
+    def handle(self, exchange: ClientExchange) -> None:
+        """A request whose head is in: here a call starts. Relayed untouched, or inspected in a task."""
+        head = exchange.head
+        raw_target = head.target.decode("latin-1")
+        path, _, query = raw_target.partition("?")
+        session = header(head.headers, b"mcp-session-id")
+        if session is not None:
+            session_id = session.decode("latin-1")
+        elif "ession" in query:  # legacy HTTP+SSE names the session in the query; parse it only then
+            params = URL("/?" + query).query
+            session_id = params.get("sessionId") or params.get("session_id") or exchange.peer
+        else:
+            session_id = exchange.peer
+        route, target = self._route(raw_target) if path.startswith("/") else (None, None)
+        msg = Message(self.transport, Phase.REQUEST, session=session_id, http_method=head.method,
+                      path=unquote(path) if "%" in path else path, headers=HeaderView(head.headers),
+                      route=route.name if route else None)
+        call = Call(msg)
         try:
-            if route is None or url is None:  # never an open relay: only configured upstreams
-                exchange.outcome = "no_route"
-                body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {request.path}",
+            if head.method == "CONNECT" or not path.startswith("/"):
+                call.outcome = "not_a_forward_proxy"
+                exchange.close_after = True
+                self._respond(exchange, call, _not_a_forward_proxy(head.method))
+                return
+            if route is None or target is None:  # never an open relay: only configured upstreams
+                call.outcome = "no_route"
+                body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {msg.path}",
                                                "routes": [r.prefix or "/" for r in self.routes]}})
-                return self._respond(Respond(404, body, {"Content-Type": "application/json"}), exchange)
-            return await self._proxy(request, msg, exchange, route, url)
+                self._respond(exchange, call, Respond(404, body, {"Content-Type": "application/json"}))
+                return
+            upstream_target = route.base_path + target.encode("latin-1")
+            if not self.engine.could_act(msg) and not head.upgrade and not self.engine.tracing.on:
+                Passthrough(self, exchange, call, route, upstream_target).start()
+                return
+            inspection = Inspection(self, exchange, call, route, upstream_target)
+            task = asyncio.get_running_loop().create_task(inspection.run())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            exchange.on_client_gone = lambda: task.cancel()
+        except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
+            self.internal_error(exchange, call)
+
+    def internal_error(self, exchange: ClientExchange, call: Call) -> None:
+        ops.exception("internal error on %s %s", call.msg.http_method, call.msg.path)
+        call.outcome = "proxy_error"
+        if exchange.started:
+            exchange.abort()
+        else:
+            exchange.close_after = True
+            body = orjson.dumps({"error": {"code": 502, "message": "chaosproxy: internal error (see its log)"}})
+            self._respond(exchange, call, Respond(502, body, {"Content-Type": "application/json",
+                                                             "X-Chaosproxy-Error": "internal"}))
+        call.finish(self.engine)
+
+    def _respond(self, exchange: ClientExchange, call: Call, respond: Respond) -> None:
+        """Answer in the proxy's name (a fault, a 404, a 502)."""
+        call.status = respond.status
+        call.bytes_out = len(respond.body)
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in respond.headers.items()
+                   if name.lower() not in ("content-length", "transfer-encoding", "connection")]
+        call.finish(self.engine)  # logged before the agent can see the answer, so a log read after it has it
+        if not exchange.gone:
+            exchange.conn.cork()
+            exchange.start(respond.status, _reason(respond.status), headers, len(respond.body))
+            exchange.write(respond.body)
+            exchange.conn.uncork()
+            exchange.end()
+
+    def upstream_failed(self, exchange: ClientExchange, call: Call, route: Route, error: BaseException) -> None:
+        """The upstream could not be reached or broke the exchange: a 502 (504 on a timeout) if the
+        agent has had no answer yet, else the connection is cut, as the upstream cut it."""
+        timed_out = isinstance(error, TimeoutError)
+        call.outcome = "upstream_timeout" if timed_out else "upstream_error"
+        ops.warning("upstream %s failed for %s %s: %s", route.upstream, call.msg.http_method, call.msg.path,
+                    error or type(error).__name__)
+        if exchange.started:
+            exchange.abort()
+            call.finish(self.engine)
+        else:
+            exchange.close_after = exchange.close_after or not exchange.body.done
+            self._respond(exchange, call, _upstream_error(route.upstream, error, timed_out))
+
+
+class Passthrough:
+    """A request no rule can act on: its head re-serialised, body and response relayed as they arrive.
+
+    Only callbacks run here (no task), except to open a new upstream connection.
+    """
+
+    __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
+                 "length", "timer")
+
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+        self.proxy = proxy
+        self.exchange = exchange
+        self.call = call
+        self.route = route
+        self.target = target
+        self.conn: UpstreamConnection | None = None
+        self.replay: list[bytes] | None = None  # what was sent on a reused connection, to resend once
+        self.retried = False
+        self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
+        self.events: Body | None = None  # a GET event stream's body, relayed event by event
+        self.length: int | None = None  # the response body's Content-Length
+        self.timer: asyncio.TimerHandle | None = None  # --upstream-timeout, until the response head
+
+    def start(self) -> None:
+        self.exchange.on_client_gone = self._client_gone
+        conn = self.route.pool.take_idle()
+        if conn is None:
+            self._connect()
+        else:
+            self._send(conn)
+
+    def _connect(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._connect_then_send())
+        self.proxy._tasks.add(task)
+        task.add_done_callback(self.proxy._tasks.discard)
+
+    async def _connect_then_send(self) -> None:
+        try:
+            conn = await self.route.pool.connect()
+        except (OSError, TimeoutError) as exc:
+            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            return
+        if self.exchange.gone:
+            self.route.pool.release(conn)
+            return
+        self._send(conn)
+
+    def _send(self, conn: UpstreamConnection) -> None:
+        exchange, head = self.exchange, self.exchange.head
+        self.conn = conn
+        conn.begin(self, head_request=head.method == "HEAD")
+        client = exchange.conn
+        conn.client = client
+        client.cork_upstream(conn)
+        conn.on_pause, conn.on_resume = client.pause_reading, client.resume_reading
+        exchange.on_writing_paused, exchange.on_writing_resumed = conn.pause_reading, conn.resume_reading
+        if client._writing_paused:
+            conn.pause_reading()
+        if conn.reused and head.method in IDEMPOTENT and not self.retried:
+            self.replay = []
+        data = first_line(head.method, self.target) + b"".join(
+            name + b": " + value + b"\r\n" for name, value in self.route.request_head(head.method, self.target, head,
+                                                                                     self.call)
+        ) + body_framing(head.length, head.chunked) + b"\r\n"
+        self._write(data)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.proxy.upstream_timeout, self._timed_out)
+        if head.has_body:
+            exchange.body.pipe(self._write_body, self._end_body)
+        else:
+            conn.request_sent = True
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        if self.conn is not None:
+            self.conn.discard(self)
+        self.exchange.body.unpipe()
+        self.proxy.upstream_failed(self.exchange, self.call, self.route, UpstreamTimeout(
+            f"no response head within {self.proxy.upstream_timeout:g} s"))
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _write(self, data: bytes) -> None:
+        if self.replay is not None:
+            self.replay.append(data)
+            if sum(map(len, self.replay)) > RETRY_LIMIT:
+                self.replay = None
+        assert self.conn is not None
+        self.conn.send(data)
+
+    def _write_body(self, data: bytes) -> None:
+        if self.keep_body is not None:
+            self.keep_body.append(data)
+            if self.exchange.body.received > SMALL_BODY:
+                self.keep_body = None
+        self._write(chunk(data) if self.exchange.head.chunked else data)
+
+    def _end_body(self, trailers: Headers) -> None:
+        if self.exchange.head.chunked:
+            self._write(last_chunk(()))  # request trailers stay here: see REQUEST_TRAILERS
+        if self.conn is not None:
+            self.conn.request_sent = True
+        if self.keep_body is not None:
+            self.call.msg.body = b"".join(self.keep_body)
+            self.keep_body = None
+
+    # ResponseSink
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None:
+        self.replay = None
+        self.exchange.informational(status, reason, headers)
+
+    def response_head(self, head: Head) -> None:
+        self.replay = None
+        self._stop_timer()
+        self.call.status = head.status
+        headers = head.end_to_end(drop=frozenset({b"content-length"}))
+        if self.exchange.head.method == "GET" and head.status == 200 and \
+                b"text/event-stream" in (header(headers, b"content-type") or b""):
+            self._relay_events(headers)  # a legacy endpoint event may need pointing back through the proxy
+            return
+        self.length = head.length
+        self.exchange.start(head.status, head.reason, headers, head.length)
+
+    def response_body(self, data: bytes) -> None:
+        if self.events is not None:
+            self.events.feed(data)
+            return
+        call = self.call
+        call.bytes_out += len(data)
+        if call.bytes_out == self.length:  # the agent has it all with this piece: log first
+            call.finish(self.proxy.engine)
+        self.exchange.write(data)
+
+    def response_end(self, trailers: Headers) -> None:
+        if self.events is not None:
+            self.events.finish(trailers)
+            return
+        self.call.finish(self.proxy.engine)
+        self.exchange.end(trailers)
+
+    def _relay_events(self, headers: Headers) -> None:
+        assert self.conn is not None
+        self.events = Body(self.conn.pause_reading, self.conn.resume_reading)
+        self.exchange.start(200, b"OK", headers, None)
+        task = asyncio.get_running_loop().create_task(self._pump_events())
+        self.proxy._tasks.add(task)
+        task.add_done_callback(self.proxy._tasks.discard)
+        self.exchange.on_client_gone = task.cancel
+
+    async def _pump_events(self) -> None:
+        exchange, call, events = self.exchange, self.call, self.events
+        assert events is not None
+        relay = self.route.relay_for(call.msg.path or "/")
+        try:
+            async for piece in relay.relay_events(events.chunks(), call.msg, call.faults,
+                                                  self.proxy.max_message_bytes):
+                call.bytes_out += len(piece)
+                exchange.write(piece)
+                await exchange.drain()
+            exchange.end(events.trailers)
         except asyncio.CancelledError:
-            exchange.outcome = "client_disconnected"
-            raise
-        except aiohttp.ClientError as exc:  # upstream broke off its reply before we answered: a 502, logged
-            exchange.outcome = "upstream_error"
-            ops.warning("upstream %s broke off its reply to %s %s: %s", url, request.method, request.path, exc)
-            return self._respond(_upstream_error(str(url), exc), exchange)
+            call.outcome = "client_disconnected"
+            if self.conn is not None:
+                self.conn.discard(self)
+        except (ConnectionError, UpstreamError):
+            call.outcome = "client_disconnected" if exchange.gone else "upstream_error"
+            exchange.abort()
+        except Exception:
+            self.proxy.internal_error(exchange, call)
         finally:
-            log_call(self.engine, self.transport, msg, exchange)
-            if request.method == "DELETE" and "Mcp-Session-Id" in request.headers and \
-                    exchange.status is not None and exchange.status < 300:  # the agent ended its MCP session
-                self.engine.end_session(session)
+            call.finish(self.proxy.engine)
 
-    async def _proxy(self, request: web.BaseRequest, msg: Message, exchange: Exchange, route: Route,
-                     url: str) -> web.StreamResponse:
-        engine = self.engine
-        body: bytes | aiohttp.StreamReader | None = None
-        if request.body_exists:
-            length = request.content_length
-            wanted = SMALL_BODY if not engine.needs_body else RULE_BODY_LIMIT
-            body = await request.content.readexactly(length) if length is not None and length <= wanted \
-                else request.content
-            if isinstance(body, bytes):
-                msg.body = body
+    def upstream_failed(self, error: BaseException) -> None:
+        if self.replay is not None and not self.exchange.started:  # a pooled connection the upstream had closed
+            replay, self.replay, self.retried = self.replay, None, True
+            self.exchange.body.unpipe()
+            task = asyncio.get_running_loop().create_task(self._resend(replay))
+            self.proxy._tasks.add(task)
+            task.add_done_callback(self.proxy._tasks.discard)
+            return
+        self._stop_timer()
+        self.exchange.body.unpipe()
+        self.proxy.upstream_failed(self.exchange, self.call, self.route, error)
 
-        headers = forwardable(request.headers)
-        llm = route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+    async def _resend(self, replay: list[bytes]) -> None:
+        try:
+            conn = await self.route.pool.connect()
+        except (OSError, TimeoutError) as exc:
+            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            return
+        self.conn = conn
+        conn.begin(self, head_request=self.exchange.head.method == "HEAD")
+        for data in replay:
+            conn.send(data)
+        if self.exchange.head.has_body:
+            self.exchange.body.pipe(self._write_body, self._end_body)
+        else:
+            conn.request_sent = True
+
+    def _client_gone(self) -> None:
+        self._stop_timer()
+        self.call.outcome = "client_disconnected"
+        if self.conn is not None:
+            self.conn.discard(self)
+        self.call.finish(self.proxy.engine)
+
+
+class ResponseReader:
+    """An upstream response for a coroutine: await the head, then read the body piece by piece."""
+
+    __slots__ = ("exchange", "head", "body", "conn")
+
+    def __init__(self, exchange: ClientExchange, conn: UpstreamConnection) -> None:
+        self.exchange = exchange
+        self.conn = conn
+        self.head: asyncio.Future[Head] = asyncio.get_running_loop().create_future()
+        self.body = Body(conn.pause_reading, conn.resume_reading)
+
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None:
+        self.exchange.informational(status, reason, headers)
+
+    def response_head(self, head: Head) -> None:
+        if not self.head.done():
+            self.head.set_result(head)
+
+    def response_body(self, data: bytes) -> None:
+        self.body.feed(data)
+
+    def response_end(self, trailers: Headers) -> None:
+        self.body.finish(trailers)
+
+    def upstream_failed(self, error: BaseException) -> None:
+        if not self.head.done():
+            self.head.set_exception(error)
+        else:
+            self.body.fail(error)
+
+
+class Inspection:
+    """A request some rule may act on: read what rules need, decide, carry the actions out."""
+
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+        self.proxy = proxy
+        self.engine = proxy.engine
+        self.exchange = exchange
+        self.call = call
+        self.route = route
+        self.target = target
+        self.relay = route.relay_for(call.msg.path or "/")
+        self.conn: UpstreamConnection | None = None
+        self.reader: ResponseReader | None = None
+
+    async def run(self) -> None:
+        exchange, call = self.exchange, self.call
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            call.outcome = "client_disconnected"
+            exchange.abort()
+        except (ConnectionError, UpstreamError) as exc:  # the client went away, or the upstream broke mid-body
+            if exchange.gone:
+                call.outcome = "client_disconnected"
+            else:
+                self.proxy.upstream_failed(exchange, call, self.route, exc)
+        except Exception:
+            self.proxy.internal_error(exchange, call)
+        finally:
+            if self.conn is not None and self.reader is not None:
+                self.conn.discard(self.reader)
+            call.finish(self.engine)
+
+    async def _run(self) -> None:
+        engine, exchange, call, msg = self.engine, self.exchange, self.call, self.call.msg
+        head = exchange.head
+        body: bytes | None = None  # the whole request body, when it was read
+        prefix = b""  # the part read of a body too large to hold: the rest streams after it
+        if head.has_body:
+            wanted = self.proxy.max_message_bytes if engine.needs_body else SMALL_BODY
+            if head.length is None or head.length <= wanted:
+                exchange.send_continue()
+                read, whole = await exchange.body.read_up_to(wanted)
+                if whole:
+                    body = msg.body = read
+                else:
+                    prefix = read
+        headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
+        if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
+            headers = without(headers, b"expect")
+        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
         if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
-            session = msg.session if msg.session != (request.remote or "-") else None
-            headers.update(engine.tracing.start(msg, network="tcp", url=url, session_id=session))
-            if isinstance(body, bytes) and msg.body is not body:
+            traced = engine.tracing.start(msg, network="tcp", url=self.route.upstream + self.target.decode(
+                "latin-1").removeprefix(self.route.base_path.decode()), session_id=msg.session
+                if msg.session != exchange.peer else None)
+            names = {name.lower().encode() for name in traced}
+            headers = [*without(headers, *names), *((n.encode(), v.encode("latin-1")) for n, v in traced.items())]
+            if body is not None and msg.body is not body:
                 body = msg.body
-                headers.popall("Content-Length", None)
         if engine.active(Phase.REQUEST):
             original = msg.body
-            for fired in self._decide(msg, exchange):
+            for fired in self._decide(msg):
                 match fired.action:
                     case Delay(seconds):
                         await asyncio.sleep(seconds)
                     case Respond() as respond:
-                        exchange.outcome = "fault_response"
-                        return self._respond(respond, exchange)
+                        call.outcome = "fault_response"
+                        return self.proxy._respond(exchange, call, respond)
                     case Reply(message, delay):
-                        exchange.outcome = "fault_response"
+                        call.outcome = "fault_response"
                         await asyncio.sleep(delay)
-                        return self._respond(route.relay.reply(msg, message), exchange)
+                        return self.proxy._respond(exchange, call, self.relay.reply(msg, message))
                     case Hang(release_after):
-                        exchange.outcome = "hang"
+                        call.outcome = "hang"
                         await asyncio.sleep(release_after if release_after is not None else float("inf"))
-                        exchange.outcome = "ok"
+                        call.outcome = "ok"
                     case Reset():
-                        exchange.outcome = "reset"
-                        reset_transport(request.transport)
-                        return web.Response(status=499)  # never sent: the connection is gone
+                        call.outcome = "reset"
+                        exchange.abort(reset=True)
+                        return
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
-                _mirror_rpc_headers(headers, msg)
+                headers = _mirror_rpc_headers(headers, msg)
         if llm is not None:
             original = msg.body
-            llm.faults = exchange.faults
+            llm.faults = call.faults
             llm.rewrite_request()
             if msg.body is not original:
                 body = msg.body
-                headers.popall("Content-Length", None)
-            if llm.watching:  # the reply will be read: ask for it uncompressed
-                headers["Accept-Encoding"] = "identity"
+        if msg.body is not None and self.relay.watching:
+            self.relay.expect(msg)
+        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching):
+            # rules read response bodies: ask for them plain
+            headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
+        streamed = head.has_body and body is None
+        if body is not None:
+            framing = body_framing(len(body), False)
+        else:
+            framing = body_framing(head.length, head.length is None) if streamed else b""
+        request = first_line(head.method, self.target) + b"".join(
+            name + b": " + value + b"\r\n" for name, value in headers) + framing + b"\r\n"
+        replayable = not streamed and head.method in IDEMPOTENT
+        for attempt in (1, 2):
+            reader = await self._send(request + (body or b""), prefix if streamed else None)
+            try:
+                async with asyncio.timeout(self.proxy.upstream_timeout):
+                    response = await reader.head
+                break
+            except TimeoutError as exc:
+                raise UpstreamTimeout(f"no response head within {self.proxy.upstream_timeout:g} s") from exc
+            except UpstreamError:
+                assert self.conn is not None
+                # a pooled connection the upstream had closed between requests: once more on a new one
+                if attempt == 2 or not self.conn.reused or self.conn.response_started or not replayable:
+                    raise
+                self.conn = None
+        await self._relay(msg, response, reader, llm)
 
-        if msg.body is not None and route.relay.watching:
-            route.relay.expect(msg)
-        assert self._client is not None
+    async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
+        """Send the request upstream; a body too large to hold follows as it arrives."""
+        exchange = self.exchange
         try:
-            upstream = await self._client.request(request.method, URL(url, encoded=True), headers=headers, data=body,
-                                                  allow_redirects=False)
-        except (aiohttp.ClientError, OSError) as exc:
-            exchange.outcome = "upstream_error"
-            route.relay.forget(msg)
-            ops.warning("upstream %s unreachable for %s %s: %s", route.upstream, request.method, request.path, exc)
-            return self._respond(_upstream_error(route.upstream, exc), exchange)
-        async with upstream:
-            return await self._relay(request, msg, upstream, exchange, route.relay, llm)
+            conn = self.conn = await self.route.pool.acquire()
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnreachable(str(exc) or type(exc).__name__) from exc
+        reader = self.reader = ResponseReader(exchange, conn)
+        conn.begin(reader, head_request=exchange.head.method == "HEAD")
+        conn.send(request)
+        if streamed_prefix is None:
+            conn.request_sent = True
+        else:
+            task = asyncio.get_running_loop().create_task(self._stream_body(conn, streamed_prefix))
+            self.proxy._tasks.add(task)
+            task.add_done_callback(self.proxy._tasks.discard)
+        return reader
 
-    async def _relay(self, request: web.BaseRequest, msg: Message, upstream: aiohttp.ClientResponse,
-                     exchange: Exchange, relay: JsonRpcRelay, llm: LlmExchange | None) -> web.StreamResponse:
-        exchange.status = upstream.status
-        headers = forwardable(upstream.headers, drop=frozenset({"content-length"}))
-        length = upstream.content_length
-        is_stream = "text/event-stream" in upstream.headers.get("Content-Type", "")
-        actions = ()
-        if self.engine.active(Phase.RESPONSE):
-            reply = Message(self.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
-                            path=msg.path, headers=upstream.headers, status=upstream.status, request=msg,
-                            route=msg.route)
+    async def _stream_body(self, conn: UpstreamConnection, prefix: bytes | None) -> None:
+        """A request body too large to hold goes upstream as it arrives (re-chunked when its length is unknown)."""
+        head = self.exchange.head
+        chunked = head.length is None
+        try:
+            if prefix:
+                conn.send(chunk(prefix) if chunked else prefix)
+            async for piece in self.exchange.body.chunks():
+                conn.send(chunk(piece) if chunked else piece)
+                await conn.drain()
+            if chunked:
+                conn.send(last_chunk(()))  # see REQUEST_TRAILERS
+            conn.request_sent = True
+        except (ConnectionError, UpstreamError):
+            if self.reader is not None:
+                conn.discard(self.reader)
+
+    async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None) -> None:
+        engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
+        call.status = response.status
+        headers = response.end_to_end(drop=frozenset({b"content-length"}))
+        length = response.length
+        content_type = (header(headers, b"content-type") or b"").decode("latin-1")
+        is_stream = "text/event-stream" in content_type
+        if response.upgrade:  # 101: from here on a tunnel both ways
+            exchange.start(101, response.reason, response.end_to_end(keep=frozenset({b"upgrade", b"connection"})),
+                           None, no_body=True)
+            assert self.conn is not None
+            self.conn.start_tunnel(exchange.conn)
+            self.conn = self.reader = None
+            exchange.finish()
+            return
+        if exchange.head.upgrade:
+            exchange.close_after = True  # the client is not told to stop sending its other protocol
+        actions: list[Any] = []
+        if engine.active(Phase.RESPONSE):
+            reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
+                            path=msg.path, headers=HeaderView(response.headers), status=response.status,
+                            request=msg, route=msg.route)
             reply.api, reply.model, reply.turn = msg.api, msg.model, msg.turn
-            actions = [fired.action for fired in self._decide(reply, exchange, messages=False)]
-
-        per_message = self.engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
-        # JSON-RPC replies and plain JSON or text bodies are read whole when a rule acts on messages
-        read_whole = per_message and not is_stream and is_text(upstream.headers.get("Content-Type", "")) \
-            and (length is None or length <= RULE_BODY_LIMIT)
-        whole = (lambda payload: llm.relay_body(payload, upstream.status, upstream.headers)) if llm is not None \
-            else (lambda payload: relay.relay_body(payload, msg, headers))
-        if not actions and length is not None and length <= SMALL_BODY and not is_stream:
-            payload = await upstream.read()
-            if read_whole:
-                payload = whole(payload)
-            exchange.bytes_out = len(payload)
-            return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=payload)
-
-        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+            actions = [fired.action for fired in self._decide(reply, messages=False)]
+        if exchange.no_body or response.status in (204, 304):
+            call.finish(engine)
+            exchange.start(response.status, response.reason, headers, length)
+            exchange.end(reader.body.trailers)
+            return
+        per_message = engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
+        chunks: AsyncIterator[bytes] = reader.body.chunks()
+        inspect = per_message and (is_stream or is_text(content_type))
+        if inspect and (encoding := (header(headers, b"content-encoding") or b"").decode("latin-1").strip().lower()):
+            if encoding in ("gzip", "x-gzip", "deflate"):
+                chunks = _decoded(chunks, encoding)
+                headers, length = without(headers, b"content-encoding"), None
+            elif encoding != "identity":
+                inspect = False
+                engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                                reason=f"response body is {encoding}-encoded: rules cannot read it")
+        view = HeaderView(headers)
+        payload: bytes | None = None
         if is_stream and llm is not None:
-            if per_message:
-                chunks, length = llm.relay_events(chunks, upstream.headers), None
-        elif is_stream and (per_message or request.method == "GET"):
-            chunks = relay.relay_events(chunks, msg)  # legacy endpoint rewrite, per-message faults
-        elif read_whole:
-            payload = whole(await upstream.read())
-            chunks, length = _once(payload), len(payload)
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-        if length is not None and request.method != "HEAD":
-            response.content_length = length
+            if inspect:
+                chunks, length = llm.relay_events(chunks, view), None
+        elif is_stream and (inspect or msg.http_method == "GET"):
+            chunks = relay.relay_events(chunks, msg, call.faults, self.proxy.max_message_bytes)
+            length = None
+        elif inspect and not is_stream and (length is None or length <= self.proxy.max_message_bytes):
+            read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes) if length is None \
+                else (b"".join([piece async for piece in chunks]), True)
+            if whole:
+                replaced: dict[str, str] = {}
+                payload = llm.relay_body(read, response.status, view) if llm is not None \
+                    else relay.relay_body(read, msg, view, replaced, call.faults)
+                if "Content-Type" in replaced:
+                    headers = [*without(headers, b"content-type"),
+                               (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
+                chunks, length = _once(payload), len(payload)
+            else:
+                chunks = _then(read, chunks)
         ending = "eof"
         for action in actions:
             match action:
@@ -269,60 +760,97 @@ class HttpProxy:
                     chunks = streams.drip(chunks, size, delay)
                 case Truncate(limit, fraction):
                     if limit is None:
-                        whole = length if length is not None else len(payload := await upstream.read())
-                        limit = int(whole * fraction)  # type: ignore[operator]
-                        if length is None:
-                            chunks = _once(payload)
-                    chunks, ending = streams.limit(chunks, limit), "close"
+                        chunks, limit = await self._fraction(chunks, length, fraction or 0.0, response, headers)
+                    if limit is not None:
+                        chunks, ending = streams.limit(chunks, limit), "close"
                 case Reset(after_bytes):
                     chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
                 case CutStream(after_events, idle):
                     chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
-        await response.prepare(request)
-        try:
-            async for chunk in chunks:
-                exchange.bytes_out += len(chunk)
-                await response.write(chunk)
-        except aiohttp.ClientError as exc:  # upstream broke off mid-reply: the agent's reply is cut off too
-            exchange.outcome = "upstream_error"
-            ops.warning("upstream broke off its reply to %s %s: %s", request.method, request.path, exc)
-            request.transport.close()  # type: ignore[union-attr]
-            return response
+        # a reply that is all here goes out in one send, after its call line: whoever reads the log once
+        # the agent has its answer finds the call there (as a stream's pieces, by contrast, go at once)
+        whole = not actions and (payload is not None or reader.body.done)
+        if whole:
+            exchange.conn.cork()
+        if not exchange.started:
+            exchange.start(response.status, response.reason, headers, length)
+        async for piece in chunks:
+            call.bytes_out += len(piece)
+            if call.bytes_out == length and ending == "eof":  # the agent has it all with this piece: log first
+                call.finish(engine)
+            exchange.write(piece)
+            if not whole:
+                await exchange.drain()
+        if whole:
+            call.finish(engine)
+            exchange.conn.uncork()
         match ending:
             case "eof":
-                await response.write_eof()
+                call.finish(engine)
+                exchange.end(reader.body.trailers)
             case "cut":
-                exchange.outcome = "stream_cut"
-                await response.write_eof()  # a clean end, as a server that closed the stream
+                call.outcome = "stream_cut"
+                call.finish(engine)
+                exchange.end()  # a clean end, as a server that closed the stream
             case "close":
-                exchange.outcome = "truncated"
-                request.transport.close()  # type: ignore[union-attr]  # FIN after the bytes sent
+                call.outcome = "truncated"
+                exchange.close()  # FIN after the bytes sent
             case "reset":
-                exchange.outcome = "reset"
-                reset_transport(request.transport)
+                call.outcome = "reset"
+                exchange.abort(reset=True)
             case "idle":
-                exchange.outcome = "stream_idle"
+                call.outcome = "stream_idle"
                 await asyncio.Event().wait()  # until the client goes away
-        return response
 
-    def _decide(self, msg: Message, exchange: Exchange, *, messages: bool = True) -> list[Fired]:
+    async def _fraction(self, chunks: AsyncIterator[bytes], length: int | None, fraction: float, response: Head,
+                        headers: Headers) -> tuple[AsyncIterator[bytes], int | None]:
+        """How many bytes `fraction` of the body is. A body of unknown length is held (headers sent
+        first) until it ends; one that does not end within a while or a size is not truncated."""
+        if length is not None:
+            return chunks, int(length * fraction)
+        self.exchange.start(response.status, response.reason, headers, None)
+        held: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(FRACTION_WAIT_S):
+                async for piece in chunks:
+                    held.append(piece)
+                    size += len(piece)
+                    if size > self.proxy.max_message_bytes:
+                        raise TimeoutError
+        except TimeoutError:
+            msg = self.call.msg
+            self.engine.log.skip(rule=None, fault="truncate", transport=msg.transport, session=msg.session,
+                                 path=msg.path, reason="fraction of a body that did not end: relayed whole")
+            return _then(b"".join(held), chunks), None
+        return _once(b"".join(held)), int(size * fraction)
+
+    def _decide(self, msg: Message, *, messages: bool = True) -> list[Fired]:
         fired = self.engine.decide(msg, messages=messages)
-        exchange.faults.extend(f.rule.name for f in fired)
+        self.call.faults.extend(f.rule.name for f in fired)
         return fired
 
-    def _respond(self, respond: Respond, exchange: Exchange) -> web.Response:
-        exchange.status = respond.status
-        exchange.bytes_out = len(respond.body)
-        return web.Response(status=respond.status, body=respond.body, headers=respond.headers)
+
+FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its size for `truncate`
+
+
+class UpstreamUnreachable(UpstreamError):
+    """No connection to the upstream."""
+
+
+class UpstreamTimeout(UpstreamError, TimeoutError):
+    """The upstream took longer than --upstream-timeout to answer."""
 
 
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
     fields: dict[str, Any] = {}
-    if msg.api is not None:
-        fields = {"api": msg.api, "model": msg.model, "turn": msg.turn}
-    elif msg.body is not None and (rpc := msg.rpc) is not None:
+    rpc = msg.rpc if msg.body is not None else None
+    if rpc is not None:
         fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
+    elif msg.api is not None or (msg.http_method == "POST" and msg.path and api_for_path(msg.path)):
+        # a model-API call (named even when no rule acted and the body was never parsed)
+        fields = {"api": msg.api or api_for_path(msg.path or ""), "model": msg.model, "turn": msg.turn}
     engine.log.call(
         transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
         status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
@@ -337,8 +865,27 @@ async def _once(payload: bytes) -> AsyncIterator[bytes]:
     yield payload
 
 
+async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    async for piece in rest:
+        yield piece
+
+
+async def _decoded(chunks: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
+    """A gzip or deflate body decoded as it arrives (so rules and the SSE splitter see plain text)."""
+    decoder = zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)
+    async for piece in chunks:
+        if plain := decoder.decompress(piece):
+            yield plain
+    if rest := decoder.flush():
+        yield rest
+
+
 def reset_transport(transport: asyncio.BaseTransport | None) -> None:
     """Abort with RST (SO_LINGER 0) rather than a polite FIN, as a crashed server or middlebox would."""
+    import socket
+    import struct
     if transport is None:
         return
     sock: socket.socket | None = transport.get_extra_info("socket")
@@ -351,18 +898,32 @@ def is_text(content_type: str) -> bool:
     return "json" in content_type or content_type.startswith("text/")
 
 
-def _mirror_rpc_headers(headers: CIMultiDict[str], msg: Message) -> None:
+def _mirror_rpc_headers(headers: Headers, msg: Message) -> Headers:
     """Keep the 2026-era mirrored headers consistent with a rewritten body (servers reject a mismatch)."""
-    if "Mcp-Name" in headers and msg.tool is not None:
-        headers["Mcp-Name"] = msg.tool
-    if "Mcp-Method" in headers and msg.method is not None:
-        headers["Mcp-Method"] = msg.method
-    headers.popall("Content-Length", None)
+    mirrored = {b"mcp-name": msg.tool, b"mcp-method": msg.method}
+    return [(name, value if (new := mirrored.get(name.lower())) is None else new.encode())
+            for name, value in headers]
 
 
-def _upstream_error(upstream: str, exc: BaseException) -> Respond:
-    body = orjson.dumps({"error": {"code": 502, "message": f"chaosproxy: upstream {upstream} unreachable",
+def _reason(status: int) -> bytes:
+    from http import HTTPStatus
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"Unknown"
+
+
+def _upstream_error(upstream: str, exc: BaseException, timed_out: bool) -> Respond:
+    what = "timed out" if timed_out else "unreachable"
+    body = orjson.dumps({"error": {"code": 504 if timed_out else 502, "message": f"chaosproxy: upstream {upstream} {what}",
                                    "detail": str(exc) or type(exc).__name__}})
-    return Respond(502, body, {"Content-Type": "application/json", "X-Chaosproxy-Error": "upstream-unreachable"})
+    return Respond(504 if timed_out else 502, body, {
+        "Content-Type": "application/json", "X-Chaosproxy-Error": f"upstream-{what.replace('timed out', 'timeout')}"})
 
 
+def _not_a_forward_proxy(method: str) -> Respond:
+    body = orjson.dumps({"error": {"code": 400, "message": (
+        f"chaosproxy run is a reverse proxy and cannot serve {'CONNECT' if method == 'CONNECT' else 'absolute-form'} "
+        "requests: point the agent's base URL at it (http://HOST:PORT/...), or use `chaosproxy mitm` as a "
+        "forward proxy (HTTP_PROXY/HTTPS_PROXY)")}})
+    return Respond(400, body, {"Content-Type": "application/json", "X-Chaosproxy-Error": "not-a-forward-proxy"})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, MutableMapping
+from typing import Any, Protocol
 
 import orjson
 from multidict import CIMultiDict
@@ -24,8 +24,38 @@ from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
 
 MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
+MAX_EVENT = 16 << 20  # the largest SSE event that is inspected; larger ones pass as they are
 LEGACY_QUEUE = 64  # upstream events a legacy stream holds for a slow agent before it stops reading upstream
 _END = object()
+
+
+class BodyRelay(Protocol):
+    """What the HTTP adapters' inspecting path asks of a route's body-aware relay, chosen per request
+    by route and path (`Route.relay_for`): JSON-RPC (MCP) today, model APIs (chat completions,
+    messages, responses) next.
+
+    `request` is the agent's request as a Message (its `body` set when it was read whole); `faults`
+    is that call's list of fired rule names: append the name of every rule a relay fires, so the
+    call line (and the report) attaches each fault to exactly the call it hit.
+    """
+
+    @property
+    def watching(self) -> bool:
+        """True when some rule acts on response bodies (the adapter then reads them for `relay_*`)."""
+
+    def expect(self, request: Message) -> None:
+        """A request whose reply may come on another channel (a legacy GET stream) is on its way."""
+
+    def reply(self, request: Message, message: dict[str, Any]) -> Respond:
+        """The HTTP answer for a fault's Reply to `request`, given in the proxy's place."""
+
+    def relay_body(self, payload: bytes, request: Message, headers: Mapping[str, str],
+                   replaced: MutableMapping[str, str], faults: list[str] | None = None) -> bytes:
+        """A whole response body (JSON, text), decided on; header changes it needs go to `replaced`."""
+
+    def relay_events(self, chunks: AsyncIterator[bytes], request: Message, faults: list[str] | None = None,
+                     max_event: int = MAX_EVENT) -> AsyncIterator[bytes]:
+        """An event-stream response, decided on event by event as it arrives (never buffered whole)."""
 
 
 class _Own(bytes):
@@ -33,6 +63,8 @@ class _Own(bytes):
 
 
 class JsonRpcRelay:
+    """The BodyRelay of MCP and other JSON-RPC over HTTP (streamable HTTP, legacy HTTP+SSE)."""
+
     def __init__(self, engine: Engine, transport: str, upstream: URL, prefix: str = "") -> None:
         self.engine = engine
         self.transport = transport
@@ -47,8 +79,9 @@ class JsonRpcRelay:
         return self.engine.active(Phase.RESPONSE, wire=False)
 
     def expect(self, request: Message) -> None:
+        """Only the legacy GET stream needs this table: a reply on a POST's own response belongs to that POST."""
         rpc = request.rpc
-        if rpc is not None and "method" in rpc and "id" in rpc:
+        if rpc is not None and "method" in rpc and "id" in rpc and request.session in self._legacy_streams:
             self._pending[request.session, rpc_key(rpc["id"])] = request
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
@@ -69,12 +102,13 @@ class JsonRpcRelay:
         return Respond(200, body, {"Content-Type": "application/json"})
 
     def relay_message(self, payload: bytes, request: Message, session: str | None = None,
-                      headers: Mapping[str, str] | None = None) -> list[bytes]:
+                      headers: Mapping[str, str] | None = None, faults: list[str] | None = None) -> list[bytes]:
         """Decide on one JSON-RPC message (or plain body) from upstream; returns what to send in its
         place: usually one payload, preceded by any notifications a fault sends the agent.
 
         `request` is the HTTP request whose response carries the message; `session` overrides its
-        session (a legacy GET stream learns its session from the endpoint event).
+        session (a legacy GET stream learns its session from the endpoint event). A reply on a POST's
+        own response answers that POST; only on a GET stream is it looked up among pending requests.
         """
         if not self.watching:
             return [payload]
@@ -83,10 +117,15 @@ class JsonRpcRelay:
                       path=request.path, headers=headers, body=payload, route=request.route)
         rpc = msg.rpc
         if rpc is not None and "method" not in rpc and "id" in rpc:
-            correlated = self._pending.pop((session, rpc_key(rpc["id"])), None)
-            msg.request = correlated if correlated is not None else request if request.rpc is not None else None
+            if request.rpc is not None:
+                msg.request = request
+            else:
+                msg.request = self._pending.pop((session, rpc_key(rpc["id"])), None)
         before: list[bytes] = []
-        for fired in self.engine.decide(msg, wire=False):
+        fired_all = self.engine.decide(msg, wire=False)
+        if faults is not None:
+            faults.extend(fired.rule.name for fired in fired_all)
+        for fired in fired_all:
             match fired.action:
                 case Garble(raw):
                     return [*before, raw]
@@ -96,23 +135,32 @@ class JsonRpcRelay:
                     before.append(orjson.dumps(message))
         return [*before, msg.body or payload]
 
-    def relay_body(self, payload: bytes, request: Message, headers: CIMultiDict[str]) -> bytes:
+    def relay_body(self, payload: bytes, request: Message, headers: Mapping[str, str],
+                   replaced: MutableMapping[str, str] | None = None, faults: list[str] | None = None) -> bytes:
         """A whole JSON (or plain) body through relay_message. Notifications a fault adds turn a JSON
-        reply into an SSE stream, as a streamable HTTP server may answer any POST."""
-        *before, body = self.relay_message(payload, request, headers=headers)
+        reply into an SSE stream, as a streamable HTTP server may answer any POST: the new
+        Content-Type goes to `replaced` (to `headers` itself when `replaced` is None)."""
+        *before, body = self.relay_message(payload, request, headers=headers, faults=faults)
         if not before:
             return body
         if "text/event-stream" not in request.headers.get("Accept", ""):
             ops.warning("a notification for %s was dropped: the client accepts no event stream", request.path)
             return body
-        headers["Content-Type"] = "text/event-stream"
+        (replaced if replaced is not None else headers)["Content-Type"] = "text/event-stream"  # type: ignore[index]
         return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in [*before, body])
 
-    async def relay_events(self, chunks: AsyncIterator[bytes], request: Message) -> AsyncIterator[bytes]:
-        """An SSE response, event by event; on a legacy GET stream, with the proxy's own replies mixed in."""
-        frames = streams.sse_frames(chunks)
+    async def relay_events(self, chunks: AsyncIterator[bytes], request: Message, faults: list[str] | None = None,
+                           max_event: int = MAX_EVENT) -> AsyncIterator[bytes]:
+        """An SSE response, event by event; on a legacy GET stream, with the proxy's own replies mixed in.
+
+        The legacy `endpoint` event is looked for past leading comment-only frames (`: connected`).
+        """
+        frames = streams.sse_frames(chunks, max_event)
         session = request.session
         first = await anext(frames, None)
+        while first is not None and request.http_method == "GET" and _comment_only(first):
+            yield first
+            first = await anext(frames, None)
         if first is None:
             return
         if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
@@ -123,7 +171,7 @@ class JsonRpcRelay:
             self._legacy_streams[session] = queue
             pump = asyncio.create_task(_pump(frames, queue, room))
             try:
-                while (frame := await queue.get()) is not _END:
+                while (frame := await queue.get()) is not _END:  # its replies' faults are their POSTs'
                     if isinstance(frame, _Own):
                         yield bytes(frame)
                         continue
@@ -133,16 +181,18 @@ class JsonRpcRelay:
                 pump.cancel()
                 self._legacy_streams.pop(session, None)
             return
-        yield self.relay_frame(first, request, session)
+        yield self.relay_frame(first, request, session, faults)
         async for frame in frames:
-            yield self.relay_frame(frame, request, session)
+            yield self.relay_frame(frame, request, session, faults)
 
-    def relay_frame(self, frame: bytes, request: Message, session: str) -> bytes:
+    def relay_frame(self, frame: bytes, request: Message, session: str, faults: list[str] | None = None) -> bytes:
         """One SSE event from upstream, with its JSON-RPC message decided on."""
-        data = streams.sse_data(frame)
-        if data is None or not self.watching:
+        if isinstance(frame, streams.Unframed) or not self.watching:
             return frame
-        *before, new = self.relay_message(data, request, session)
+        data = streams.sse_data(frame)
+        if data is None:
+            return frame
+        *before, new = self.relay_message(data, request, session, faults=faults)
         frame = frame if new is data else streams.sse_with_data(frame, new)
         return b"".join(b"event: message\ndata: " + note + b"\n\n" for note in before) + frame
 
@@ -156,6 +206,11 @@ class JsonRpcRelay:
         if self.prefix and data.startswith("/"):
             return streams.sse_with_data(frame, (self.prefix + data).encode()), session
         return frame, session
+
+
+def _comment_only(frame: bytes) -> bool:
+    """True for an SSE frame of comments (lines starting with ':') and blank lines only."""
+    return all(not line or line.startswith(b":") for line in frame.splitlines())
 
 
 async def _pump(frames: AsyncIterator[bytes], queue: asyncio.Queue[Any], room: asyncio.Semaphore) -> None:

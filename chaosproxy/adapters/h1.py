@@ -1,0 +1,814 @@
+"""HTTP/1.1 on asyncio Protocols with httptools: client connections, pooled upstream connections, bodies.
+
+This is the wire layer of `chaosproxy run`. It knows framing (Content-Length, chunked, close-delimited,
+HEAD, 1xx, 204/304, Upgrade) and flow control, and nothing about faults: each request is handed to a
+`handler` (the proxy), which either pipes it straight through (callbacks only, no task) or inspects it
+in a coroutine. Heads are re-serialised (hop-by-hop headers out, Host set to the upstream's); bodies
+pass piece by piece as they arrive, re-framed only where the framing must change (chunked is re-chunked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Protocol
+
+import httptools
+
+HIGH_WATER = 256 << 10  # a side whose buffer is over this pauses its producer
+LOW_WATER = 64 << 10
+MAX_QUEUED_REQUESTS = 8  # pipelined requests parsed ahead of the one being answered before reading pauses
+
+Headers = list[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+                        b"trailer", b"trailers", b"transfer-encoding", b"upgrade", b"proxy-connection"})
+NO_BODY_STATUSES = frozenset({204, 304})
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
+
+
+class Head:
+    """A request or response head as parsed: the raw header pairs plus what framing needs."""
+
+    __slots__ = ("method", "target", "status", "reason", "version", "headers", "length", "chunked",
+                 "keep_alive", "upgrade", "expect_continue", "hop")
+
+    def __init__(self, headers: Headers, version: str, keep_alive: bool) -> None:
+        self.method = ""
+        self.target = b""
+        self.status = 0
+        self.reason = b""
+        self.version = version
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.upgrade = False
+        self.expect_continue = False
+        self.length: int | None = None
+        self.chunked = False
+        hop = HOP_BY_HOP
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                self.length = int(value) if value.strip().isdigit() else None
+            elif lower == b"transfer-encoding":
+                self.chunked = b"chunked" in value.lower()
+            elif lower == b"connection":
+                hop = hop | {token.strip().lower() for token in value.split(b",")}
+            elif lower == b"expect":
+                self.expect_continue = value.strip().lower() == b"100-continue"
+        if self.chunked:
+            self.length = None
+        self.hop = hop
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or bool(self.length)
+
+    def get(self, name: bytes) -> bytes | None:
+        """The first value of a header (`name` in lower case)."""
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    def end_to_end(self, *, keep: frozenset[bytes] = frozenset(), drop: frozenset[bytes] = frozenset()) -> Headers:
+        """The headers without hop-by-hop ones (including those Connection names), bar `keep`, and `drop`."""
+        hop = (self.hop - keep) | drop
+        return [(name, value) for name, value in self.headers if name.lower() not in hop]
+
+
+def serialize_head(first_line: bytes, headers: Headers, framing: bytes = b"") -> bytes:
+    """A head on the wire: the first line, the headers as given, then `framing` (ready-made header lines)."""
+    lines = [first_line]
+    for name, value in headers:
+        lines += (name, b": ", value, b"\r\n")
+    lines += (framing, b"\r\n")
+    return b"".join(lines)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def last_chunk(trailers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    return b"0\r\n" + b"".join(name + b": " + value + b"\r\n" for name, value in trailers) + b"\r\n"
+
+
+class Body:
+    """One message body as it arrives, for a consumer that pulls (async iteration) or is pushed to (pipe).
+
+    Pieces are buffered until the consumer takes them; past HIGH_WATER the producer is paused, so a
+    1 GiB body never sits in memory.
+    """
+
+    __slots__ = ("_pieces", "_size", "done", "trailers", "error", "_waiter", "_pipe", "_end", "_pause",
+                 "_resume", "_paused", "received")
+
+    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self._pieces: deque[bytes] = deque()
+        self._size = 0
+        self.done = False
+        self.trailers: Headers = []
+        self.error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._pipe: Callable[[bytes], None] | None = None
+        self._end: Callable[[Headers], None] | None = None
+        self._pause = pause
+        self._resume = resume
+        self._paused = False
+        self.received = 0
+
+    def feed(self, data: bytes) -> None:
+        self.received += len(data)
+        if self._pipe is not None:
+            self._pipe(data)
+            return
+        self._pieces.append(data)
+        self._size += len(data)
+        if self._size > HIGH_WATER and not self._paused:
+            self._paused = True
+            self._pause()
+        self._wake()
+
+    def finish(self, trailers: Headers) -> None:
+        self.done = True
+        self.trailers = trailers
+        if self._end is not None:
+            self._end(trailers)
+        else:
+            self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self.done = True
+            self._wake()
+
+    def pipe(self, write: Callable[[bytes], None], end: Callable[[Headers], None]) -> None:
+        """From now on, push every piece to `write` and the end to `end` (what was buffered first)."""
+        while self._pieces:
+            write(self._pieces.popleft())
+        self._size = 0
+        self._pipe = write
+        if self.done and self.error is None:
+            end(self.trailers)
+        else:
+            self._end = end
+        self._resume_producer()
+
+    def unpipe(self) -> None:
+        self._pipe = self._end = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _resume_producer(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._resume()
+
+    async def read(self) -> bytes:
+        """The next piece; b"" at the end. Raises the error that ended the body early."""
+        while not self._pieces:
+            if self.done:
+                if self.error is not None:
+                    raise self.error
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        piece = self._pieces.popleft()
+        self._size -= len(piece)
+        if self._size < LOW_WATER:
+            self._resume_producer()
+        return piece
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while piece := await self.read():
+            yield piece
+
+    async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
+        """Up to `limit` bytes (more if a piece overshoots); True when that was the whole body."""
+        pieces, size = [], 0
+        while size <= limit:
+            piece = await self.read()
+            if not piece:
+                return b"".join(pieces), True
+            pieces.append(piece)
+            size += len(piece)
+        return b"".join(pieces), False
+
+
+class Handler(Protocol):
+    """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
+
+    def handle(self, exchange: ClientExchange) -> None: ...
+
+
+class ClientExchange:
+    """One request on a client connection and the response to it, written in order."""
+
+    __slots__ = ("conn", "head", "body", "started", "chunked_out", "close_after", "no_body", "finished",
+                 "on_client_gone", "on_writing_paused", "on_writing_resumed")
+
+    def __init__(self, conn: ClientConnection, head: Head) -> None:
+        self.conn = conn
+        self.head = head
+        self.body = Body(conn.pause_reading, conn.resume_reading)
+        self.started = False  # response head written
+        self.chunked_out = False
+        self.close_after = not head.keep_alive
+        self.no_body = head.method == "HEAD"
+        self.finished = False
+        self.on_client_gone: Callable[[], None] | None = None
+        self.on_writing_paused: Callable[[], None] | None = None
+        self.on_writing_resumed: Callable[[], None] | None = None
+
+    @property
+    def peer(self) -> str:
+        return self.conn.peer
+
+    @property
+    def gone(self) -> bool:
+        return self.conn.lost
+
+    def send_continue(self) -> None:
+        """Answer `Expect: 100-continue` in the proxy's name (it is about to read the body itself)."""
+        if self.head.expect_continue and not self.started:
+            self.head.expect_continue = False
+            self.conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None:
+        """Relay a 1xx response (100 Continue, 103 Early Hints) ahead of the final one."""
+        if not self.started:
+            if status == 100:
+                self.head.expect_continue = False
+            self.conn.write(serialize_head(b"HTTP/1.1 %d %b\r\n" % (status, reason), headers))
+
+    def start(self, status: int, reason: bytes, headers: Headers, length: int | None, *,
+              no_body: bool = False) -> None:
+        """Write the response head. `headers` hold no framing headers; `length` (None: unknown) is the
+        body's size, sent as Content-Length also when there is no body (HEAD: what a GET would get)."""
+        self.started = True
+        no_body = no_body or self.no_body or status in NO_BODY_STATUSES or status < 200
+        framing = b""
+        if length is not None and status not in NO_BODY_STATUSES:
+            framing = b"Content-Length: %d\r\n" % length
+        elif not no_body:
+            if self.head.version == "1.1":
+                self.chunked_out = True
+                framing = b"Transfer-Encoding: chunked\r\n"
+            else:
+                self.close_after = True  # a close-delimited body is the only way to an HTTP/1.0 client
+        if no_body:
+            self.no_body = True
+        if self.head.expect_continue and self.head.has_body and not self.body.done:
+            self.close_after = True  # the client may still send the body we never asked for
+        if self.close_after:
+            framing += b"Connection: close\r\n"
+        elif self.head.version == "1.0":
+            framing += b"Connection: keep-alive\r\n"
+        self.conn.write(serialize_head(b"HTTP/1.1 %d %b\r\n" % (status, reason or b"-"), headers, framing))
+
+    def write(self, data: bytes) -> None:
+        if data and not self.no_body:
+            self.conn.write(chunk(data) if self.chunked_out else data)
+
+    def end(self, trailers: Headers = ()) -> None:  # type: ignore[assignment]
+        """The response is complete: the next request on this connection may be answered."""
+        if self.chunked_out and not self.no_body:
+            self.conn.write(last_chunk(trailers))
+        self.finish()
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.conn.exchange_done(self)
+
+    def close(self) -> None:
+        """Close the connection once what was written is flushed (a truncated body ends like this)."""
+        self.close_after = True
+        self.conn.uncork()
+        self.conn.transport.close()
+        self.finish()
+
+    def abort(self, *, reset: bool = False) -> None:
+        """Drop the connection now; with `reset`, with a TCP RST as a crashed server would."""
+        transport = self.conn.transport
+        if reset and (sock := transport.get_extra_info("socket")) is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.conn.uncork()  # what was relayed before the break still goes first
+        transport.abort()
+        self.finish()
+
+    async def drain(self) -> None:
+        await self.conn.drain()
+
+
+class ClientConnection(asyncio.Protocol):
+    """One agent connection: parses requests, hands them to the handler one at a time, in order."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.peer = "-"
+        self.queue: deque[ClientExchange] = deque()
+        self.parsing: ClientExchange | None = None  # whose body the parser is reading
+        self.lost = False
+        self._url = b""
+        self._headers: Headers = []
+        self._trailers: Headers | None = None
+        self._reading_paused = 0
+        self._drain: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self.tunnel: asyncio.Transport | None = None  # after a 101: bytes go there unparsed
+        self.tunnel_pending = bytearray()
+        self.upgrading = False
+        self._out: list[bytes] | None = None  # corked: what one event's callbacks write, sent as one
+        self.receiving = False  # inside data_received: upstream writes are corked until it returns
+        self.corked: list[UpstreamConnection] = []
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else "-"
+        self.transport.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
+
+    def data_received(self, data: bytes) -> None:
+        if self.upgrading:
+            if self.tunnel is not None:
+                self.tunnel.write(data)
+            else:
+                self.tunnel_pending += data
+                if len(self.tunnel_pending) > HIGH_WATER:  # the upstream has not switched protocols (yet)
+                    self.pause_reading()
+            return
+        self.receiving = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self.upgrading = True
+            self.tunnel_pending += data[exc.args[0]:]
+        except httptools.HttpParserError as exc:
+            self._bad_input(exc)
+        finally:
+            self.receiving = False
+            while self.corked:
+                self.corked.pop().uncork()
+
+    def eof_received(self) -> bool:
+        if self.parsing is not None and not self.parsing.body.done:
+            self.parsing.body.fail(ConnectionResetError("the client closed before the end of its body"))
+        return False  # a client that stops sending has gone: its pending calls end (as aiohttp had it)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.tunnel is not None:
+            self.tunnel.close()
+        gone = ConnectionResetError("the client went away")
+        for exchange in list(self.queue):
+            exchange.body.fail(gone)
+            if not exchange.finished and exchange.on_client_gone is not None:
+                exchange.on_client_gone()
+        self.queue.clear()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(gone)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self.queue and (pause := self.queue[0].on_writing_paused) is not None:
+            pause()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self.queue and (resume := self.queue[0].on_writing_resumed) is not None:
+            resume()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._trailers = None
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._trailers is not None:
+            self._trailers.append((name, value))
+        else:
+            self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())
+        head.method = parser.get_method().decode("ascii", "replace")
+        head.target = self._url
+        head.upgrade = parser.should_upgrade()
+        self._trailers = []
+        exchange = ClientExchange(self, head)
+        self.parsing = exchange
+        self.queue.append(exchange)
+        if len(self.queue) == 1:
+            self.handler.handle(exchange)
+        elif len(self.queue) > MAX_QUEUED_REQUESTS:
+            self.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if self.parsing is not None:
+            self.parsing.body.feed(body)
+
+    def on_message_complete(self) -> None:
+        if self.parsing is not None:
+            self.parsing.body.finish(self._trailers or [])
+            self.parsing = None
+
+    # for exchanges
+    def write(self, data: bytes) -> None:
+        if self._out is not None:
+            self._out.append(data)
+        elif not self.lost:
+            self.transport.write(data)
+
+    def cork(self) -> None:
+        """Hold writes until `uncork`: a head and body written in one turn go out in one send."""
+        if self._out is None:
+            self._out = []
+
+    def uncork(self) -> None:
+        out, self._out = self._out, None
+        if out and not self.lost:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def cork_upstream(self, upstream: UpstreamConnection) -> None:
+        """Writes to `upstream` made while this connection's input is parsed go out together after it."""
+        if self.receiving:
+            upstream.cork()
+            self.corked.append(upstream)
+
+    async def drain(self) -> None:
+        if self.lost:
+            raise ConnectionResetError("the client went away")
+        if self._writing_paused:
+            if self._drain is None or self._drain.done():
+                self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+    def pause_reading(self) -> None:
+        self._reading_paused += 1
+        if self._reading_paused == 1 and not self.lost:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused:
+            self._reading_paused -= 1
+            if not self._reading_paused and not self.lost:
+                self.transport.resume_reading()
+
+    def exchange_done(self, exchange: ClientExchange) -> None:
+        if not self.queue or self.queue[0] is not exchange:
+            return
+        self.queue.popleft()
+        if self.tunnel is not None:
+            return
+        if exchange.close_after or self.lost:
+            self.uncork()
+            self.transport.close()
+            return
+        if not exchange.body.done:  # the response did not wait for the body: skip what is left of it
+            exchange.body.pipe(_discard, _discard)
+        if len(self.queue) == MAX_QUEUED_REQUESTS:
+            self.resume_reading()
+        if self.queue:
+            self.handler.handle(self.queue[0])
+
+    def start_tunnel(self, upstream: asyncio.Transport) -> None:
+        """After a 101: from now on the connection is a byte pipe to `upstream` both ways."""
+        self.tunnel = upstream
+        if self.tunnel_pending:
+            upstream.write(bytes(self.tunnel_pending))
+            self.tunnel_pending.clear()
+        while self._reading_paused:
+            self.resume_reading()
+        self.upgrading = True
+
+    def _bad_input(self, exc: Exception) -> None:
+        """Input the parser refuses: a 400 when nothing is being answered, else just the end."""
+        if self.parsing is not None and not self.parsing.body.done:
+            self.parsing.body.fail(ConnectionResetError(f"bad request framing: {exc}"))
+        self.transport.pause_reading()
+        if not self.queue:
+            body = b'{"error":{"code":400,"message":"chaosproxy: malformed HTTP request"}}'
+            self.transport.write(serialize_head(b"HTTP/1.1 400 Bad Request\r\n", [
+                (b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body)),
+                (b"Connection", b"close"), (b"X-Chaosproxy-Error", b"bad-request")]) + body)
+            self.transport.close()
+        else:
+            for exchange in self.queue:
+                exchange.close_after = True
+
+
+def _discard(_: object) -> None:
+    pass
+
+
+class ResponseSink(Protocol):
+    """Who receives the response events of an upstream connection (a pass-through or an inspector)."""
+
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None: ...
+    def response_head(self, head: Head) -> None: ...
+    def response_body(self, data: bytes) -> None: ...
+    def response_end(self, trailers: Headers) -> None: ...
+    def upstream_failed(self, error: BaseException) -> None: ...
+
+
+class UpstreamError(Exception):
+    """The upstream broke the exchange: refused, closed early, or sent what HTTP does not allow."""
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to an upstream; it serves one request at a time for a `sink`."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.parser = httptools.HttpResponseParser(self)
+        self.sink: ResponseSink | None = None
+        self.head_request = False
+        self.request_sent = False  # the whole request (head and body) is written
+        self.reused = False
+        self.closed = False
+        self.response_started = False
+        self.in_body = False
+        self.close_delimited = False
+        self.tunnel: ClientConnection | None = None
+        self.upgraded = False  # a 101 came: the connection is a tunnel now, never pooled
+        self.tunnel_pending = bytearray()
+        self.client: ClientConnection | None = None  # whose writes are corked while a response is parsed
+        self._out: list[bytes] | None = None
+        self.on_pause: Callable[[], None] | None = None
+        self.on_resume: Callable[[], None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._writing_paused = False
+        self._headers: Headers = []
+        self._trailers: Headers | None = None
+        self._reason = b""
+        self._reading_paused = False
+        self._keep_alive = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
+
+    def begin(self, sink: ResponseSink, *, head_request: bool) -> None:
+        """Serve one request: its response goes to `sink`."""
+        self.sink = sink
+        self.head_request = head_request
+        self.request_sent = False
+        self.response_started = False
+        self.in_body = False
+        self.close_delimited = False
+        if self._reading_paused:
+            self.resume_reading()
+
+    def send(self, data: bytes) -> None:
+        if self._out is not None:
+            self._out.append(data)
+        elif not self.closed and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def cork(self) -> None:
+        if self._out is None:
+            self._out = []
+
+    def uncork(self) -> None:
+        out, self._out = self._out, None
+        if out and not self.closed and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise UpstreamError("the upstream closed the connection")
+        if self._writing_paused:
+            if self._drain is None or self._drain.done():
+                self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+    def data_received(self, data: bytes) -> None:
+        if self.upgraded:
+            self._to_tunnel(data)
+            return
+        if self.sink is None:  # nothing asked: a server talking out of turn is not to be trusted
+            self.transport.abort()
+            return
+        client = self.client
+        if client is not None:
+            client.cork()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._to_tunnel(data[exc.args[0]:])
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamError(f"malformed response from upstream: {exc}"))
+            self.transport.abort()
+        finally:
+            if client is not None:
+                client.uncork()
+
+    def _to_tunnel(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.write(data)
+        else:
+            self.tunnel_pending += data
+
+    def start_tunnel(self, client: ClientConnection) -> None:
+        """After a 101: the upstream's bytes go to `client` as they are, both ways."""
+        self.tunnel = client
+        if self.tunnel_pending:
+            client.write(bytes(self.tunnel_pending))
+            self.tunnel_pending.clear()
+        client.start_tunnel(self.transport)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.upgraded:
+            if self.tunnel is not None:
+                self.tunnel.transport.close()
+            return
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(UpstreamError("the upstream closed the connection"))
+        if self.sink is not None:
+            if self.in_body and self.close_delimited:
+                self._complete([])
+            else:
+                self._fail(UpstreamError("the upstream closed the connection" +
+                                         (" mid-body" if self.in_body else " before answering")))
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self.on_pause is not None:
+            self.on_pause()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self.on_resume is not None:
+            self.on_resume()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and not self.closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._headers = []
+        self._trailers = None
+        self._reason = b""
+        self.response_started = True
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._trailers is not None:
+            self._trailers.append((name, value))
+        else:
+            self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        status = parser.get_status_code()
+        sink = self.sink
+        assert sink is not None
+        if 100 <= status < 200 and status != 101:
+            sink.informational(status, self._reason, self._headers)
+            return
+        head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())
+        head.status = status
+        head.reason = self._reason
+        head.upgrade = self.upgraded = status == 101
+        self._trailers = []
+        self.in_body = True
+        self._keep_alive = head.keep_alive
+        self.close_delimited = head.length is None and not head.chunked and status not in NO_BODY_STATUSES \
+            and not self.head_request
+        sink.response_head(head)
+        if self.head_request:  # httptools cannot be told the request was HEAD: the head is the whole reply
+            self.parser = httptools.HttpResponseParser(self)
+            self._complete([])
+
+    def on_body(self, body: bytes) -> None:
+        if self.sink is not None and self.in_body:
+            self.sink.response_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.in_body and not self.head_request:
+            self._complete(self._trailers or [])
+
+    def _complete(self, trailers: Headers) -> None:
+        sink, self.sink = self.sink, None
+        self.in_body = False
+        self.on_pause = self.on_resume = None
+        self.client = None
+        keep = self._keep_alive and not self.close_delimited and not self.closed
+        if sink is not None:
+            sink.response_end(trailers)
+        if self.upgraded:
+            return
+        if keep and self.request_sent:
+            self.pool.release(self)
+        elif not self.closed:
+            self.uncork()
+            self.transport.close()
+
+    def _fail(self, error: BaseException) -> None:
+        sink, self.sink = self.sink, None
+        self.on_pause = self.on_resume = None
+        self.client = None
+        if sink is not None:
+            sink.upstream_failed(error)
+
+    def discard(self, sink: ResponseSink) -> None:
+        """Never reuse this connection: `sink`'s exchange was abandoned half way (no-op once it is over)."""
+        if self.sink is not sink:
+            return
+        self.sink = None
+        self.on_pause = self.on_resume = None
+        self.client = None
+        if not self.closed:
+            self.uncork()
+            self.transport.close()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to one upstream origin."""
+
+    MAX_IDLE = 256
+
+    def __init__(self, host: str, port: int, *, connect_timeout: float, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
+        self.host = host
+        self.port = port
+        self.connect_timeout = connect_timeout
+        self.idle: list[UpstreamConnection] = []
+
+    def take_idle(self) -> UpstreamConnection | None:
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed and not conn.transport.is_closing():
+                conn.reused = True
+                return conn
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.connect_timeout):
+            _, conn = await loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port,
+                                                   ssl=self.tls)
+        return conn
+
+    async def acquire(self) -> UpstreamConnection:
+        return self.take_idle() or await self.connect()
+
+    def release(self, conn: UpstreamConnection) -> None:
+        if len(self.idle) < self.MAX_IDLE:
+            self.idle.append(conn)
+        else:
+            conn.transport.close()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        if conn in self.idle:
+            self.idle.remove(conn)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.transport.close()
+        self.idle.clear()

@@ -1,0 +1,379 @@
+"""HTTP/1.1 framing through `chaosproxy run` on real sockets: pipelining, chunked both ways, close-delimited
+replies, HEAD, 100-continue, WebSocket, pooled connections the upstream closes, Content-Encoding, huge
+SSE events, and requests a reverse proxy must refuse (the HTTP framing defects of issues 10 and 11)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import time
+import zlib
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from tests.framing_support import RawClient, read_request
+from tests.support import rule
+
+CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
+REPLY = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}]}}
+LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "at": "response"})
+
+
+def get(path: str, *extra: str) -> bytes:
+    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: agent", *extra]) + "\r\n\r\n").encode()
+
+
+def test_pipelined_requests_are_answered_in_order(make_proxy):
+    proxy = make_proxy()
+    with RawClient(proxy.url) as client:
+        client.send(get("/echo/one") + b"POST /echo/two HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+                    + get("/echo/three"))
+        answers = [client.response() for _ in range(3)]
+    assert [headers["X-Echo-Path"] for _, headers, _ in answers] == ["/echo/one", "/echo/two", "/echo/three"]
+    assert [body for _, _, body in answers] == [b"", b"abc", b""]
+
+
+def test_chunked_request_with_extensions_and_trailers_reaches_upstream_whole(make_proxy):
+    proxy = make_proxy()
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /echo/chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n")
+        status, _, body = client.response()
+        assert (status, body) == (200, b"hello world")
+        client.send(get("/health"))  # the connection is still in step
+        assert client.response()[2] == b"ok"
+
+
+def test_chunked_json_rpc_request_is_inspected(make_proxy):
+    proxy = make_proxy(rule("down", {"type": "http_error", "status": 503}, match={"tool": "search"}))
+    payload = orjson.dumps(CALL)
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /echo/rpc HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%b\r\n0\r\n\r\n" % (len(payload), payload))
+        assert client.response()[0] == 503
+    [call] = proxy.events("call")
+    assert (call["tool"], call["faults"]) == ("search", ["down"])
+
+
+def test_chunked_response_with_extensions_and_trailers(make_proxy, scripted):
+    async def script(reader, writer):
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
+                         b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-Sum: 5\r\n\r\n")
+            await writer.drain()
+
+    proxy = make_proxy(to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        client.send(get("/x"))
+        status, headers, body = client.response()
+        assert (status, body, headers["Transfer-Encoding"]) == (200, b"abcde", "chunked")
+        client.send(get("/x"))
+        raw = b""
+        while not raw.endswith(b"\r\n\r\n") or b"0\r\n" not in raw:
+            raw += client.sock.recv(4096)
+    assert raw.endswith(b"0\r\nX-Sum: 5\r\n\r\n")  # the trailer reaches the agent
+
+
+def test_close_delimited_response_arrives_whole_and_the_agent_keeps_its_connection(make_proxy, scripted):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 100_000)
+        await writer.drain()
+
+    proxy = make_proxy(to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        for _ in range(2):
+            client.send(get("/x"))
+            status, _, body = client.response()
+            assert (status, len(body)) == (200, 100_000)
+
+
+def test_head_keeps_content_length_and_sends_no_body(make_proxy):
+    proxy = make_proxy()
+    with RawClient(proxy.url) as client:
+        client.send(b"HEAD /big?bytes=1000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        status, headers, body = client.response("HEAD")
+        assert (status, headers["Content-Length"], body) == (200, "1000", b"")
+        client.send(get("/health"))
+        assert client.response()[2] == b"ok"
+
+
+@pytest.mark.parametrize("scenario", ["rules: []", rule("look", {"type": "http_error"}, match={"tool": "x"})],
+                         ids=["streamed", "inspected"])
+def test_expect_100_continue_is_answered(make_proxy, scenario):
+    proxy = make_proxy(scenario)
+    body = b"z" * (2 << 20)
+    with RawClient(proxy.url) as client:
+        client.send(b"PUT /echo/upload HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body))
+        started = time.perf_counter()
+        assert client.read_line().startswith(b"HTTP/1.1 100")
+        assert time.perf_counter() - started < 0.5
+        assert client.read_line() == b"\r\n"
+        client.send(body)
+        status, _, echoed = client.response()
+    assert status == 200 and echoed == body
+
+
+async def test_websocket_echo_through_the_proxy(make_proxy, server_loop):
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            await ws.send_str("echo " + message.data)
+        return ws
+
+    async def start() -> tuple[web.AppRunner, int]:
+        app = web.Application()
+        app.router.add_get("/ws", echo)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    runner, port = server_loop.run(start())
+    try:
+        proxy = make_proxy(to=f"http://127.0.0.1:{port}")
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(proxy.url + "/ws", timeout=aiohttp.ClientWSTimeout(ws_receive=5)) as ws:
+                for word in ("one", "two"):
+                    await ws.send_str(word)
+                    assert (await ws.receive_str()) == "echo " + word
+        [call] = proxy.events("call")
+        assert call["status"] == 101
+    finally:
+        server_loop.run(runner.cleanup())
+
+
+def test_upstream_closing_a_kept_alive_connection_between_requests(make_proxy, scripted):
+    async def script(reader, writer):  # one request per connection, without saying Connection: close
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    upstream = scripted(script)
+    proxy = make_proxy(to=upstream.url)
+    with RawClient(proxy.url) as client:
+        for _ in range(5):
+            client.send(get("/x"))
+            assert client.response()[:3:2] == (200, b"ok")
+    assert upstream.connections >= 5
+
+
+def _gzip_sse_script(events: list[bytes], interval: float):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        packer = zlib.compressobj(wbits=31)
+        for event in events:
+            piece = packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH)
+            writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(interval)
+        piece = packer.flush()
+        writer.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(piece), piece))
+        await writer.drain()
+    return script
+
+
+def test_gzip_event_stream_is_decoded_and_inspected_event_by_event(make_proxy, scripted):
+    events = [b"event: message\ndata: " + orjson.dumps({**REPLY, "id": n}) + b"\n\n" for n in range(5)]
+    proxy = make_proxy(LOST, to=scripted(_gzip_sse_script(events, 0.3)).url)
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%b"
+                    % (len(orjson.dumps(CALL)), orjson.dumps(CALL)))
+        started = time.perf_counter()
+        status_line = client.read_line()
+        while client.read_line() != b"\r\n":
+            pass
+        first = b""
+        while b"data:" not in first:
+            first += client.read_line()
+        took = time.perf_counter() - started
+    assert status_line.startswith(b"HTTP/1.1 200")
+    assert took < 1.0  # the stream took 1.5 s: the first event was not held for its end
+    assert b"reply lost" in client_events(proxy)
+
+
+def client_events(proxy) -> bytes:
+    return json.dumps(proxy.events("fault")).encode()
+
+
+def test_gzip_json_rpc_reply_meets_message_rules(make_proxy, scripted):
+    async def script(reader, writer):
+        head, _ = await read_request(reader)
+        body = orjson.dumps(REPLY)
+        if b"accept-encoding: identity" not in head.lower():
+            body = gzip.compress(body)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+        writer.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+        await writer.drain()
+
+    proxy = make_proxy(LOST, to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        payload = orjson.dumps(CALL)
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(payload), payload))
+        status, headers, body = client.response()
+    if headers.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    assert status == 200 and orjson.loads(body)["error"]["message"] == "reply lost"
+    [call] = proxy.events("call")
+    assert call["faults"] == ["lost"]  # the fault is on that request's call line
+
+
+def test_gzip_reply_a_rule_cannot_read_is_a_logged_skip(make_proxy, scripted):
+    async def script(reader, writer):  # ignores Accept-Encoding: identity, and uses an encoding chaosproxy lacks
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: compress\r\n"
+                     b"Content-Length: 4\r\n\r\n\x1f\x9d\x90\x00")
+        await writer.drain()
+
+    proxy = make_proxy(LOST, to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        payload = orjson.dumps(CALL)
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload))
+        status, _, body = client.response()
+    assert (status, body) == (200, b"\x1f\x9d\x90\x00")  # passed as it was
+    [skip] = proxy.events("skip")
+    assert "compress" in skip["reason"]
+
+
+def test_a_16_mib_event_streams_in_linear_time(make_proxy, scripted):
+    big = b"data: " + b"x" * (17 << 20) + b"\n\n"
+    small = b"event: message\ndata: " + orjson.dumps(REPLY) + b"\n\n"
+
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
+                     % (len(big) + len(small)))
+        for start in range(0, len(big), 64 << 10):
+            writer.write(big[start:start + (64 << 10)])
+            await writer.drain()
+        writer.write(small)
+        await writer.drain()
+
+    proxy = make_proxy(LOST, to=scripted(script).url)
+    started = time.perf_counter()
+    with RawClient(proxy.url, timeout=30) as client:
+        payload = orjson.dumps(CALL)
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload))
+        status, _, body = client.response()
+    took = time.perf_counter() - started
+    assert status == 200 and body.startswith(big)  # over the limit: passed as it was
+    assert b"reply lost" in body[len(big):]  # the next event is still inspected
+    assert took < 8  # a quadratic splitter took 20+ s here
+
+
+def test_a_rewritten_reply_never_keeps_a_stale_content_length(make_proxy, scripted):
+    event = b"event: message\ndata: " + orjson.dumps(REPLY) + b"\n\n"
+
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(event), event))
+        await writer.drain()
+
+    proxy = make_proxy(LOST, to=scripted(script).url)
+    with RawClient(proxy.url, timeout=5) as client:
+        payload = orjson.dumps(CALL)
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload))
+        status, headers, body = client.response()
+    assert status == 200 and headers.get("Content-Length") in (None, str(len(body)))
+    assert orjson.loads(body.split(b"data: ")[1])["error"]["message"] == "reply lost"
+
+
+async def test_truncate_by_fraction_does_not_hold_an_endless_stream_s_headers(make_proxy):
+    proxy = make_proxy(rule("cut", {"type": "truncate", "fraction": 0.5}, match={"path": "/sse"}))
+    async with aiohttp.ClientSession() as client:
+        started = time.perf_counter()
+        async with client.get(proxy.url + "/sse?n=1000&interval_ms=100",
+                              timeout=aiohttp.ClientTimeout(total=10)) as response:
+            assert response.status == 200
+            assert time.perf_counter() - started < 1.0
+
+
+def test_legacy_endpoint_is_rewritten_past_leading_comments(make_proxy, scripted):
+    holder: dict[str, str] = {}
+
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for frame in (b": connected\n\n", f"event: endpoint\ndata: {holder['url']}/messages/?session_id=ab\n\n".encode()):
+            writer.write(b"%x\r\n%b\r\n" % (len(frame), frame))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    upstream = scripted(script)
+    holder["url"] = upstream.url
+    proxy = make_proxy(to=upstream.url)
+    with RawClient(proxy.url) as client:
+        client.send(get("/sse", "Accept: text/event-stream"))
+        _, _, body = client.response()
+    assert b": connected\n\n" in body
+    assert b"data: /messages/?session_id=ab" in body and upstream.url.encode() not in body
+
+
+@pytest.mark.parametrize("request_line", [b"GET http://127.0.0.1:9/x HTTP/1.1", b"CONNECT example.com:443 HTTP/1.1"])
+def test_forward_proxy_requests_get_a_clear_400(make_proxy, request_line):
+    proxy = make_proxy()
+    with RawClient(proxy.url) as client:
+        client.send(request_line + b"\r\nHost: example.com\r\n\r\n")
+        status, headers, body = client.response()
+    assert status == 400 and headers["X-Chaosproxy-Error"] == "not-a-forward-proxy"
+    assert "reverse proxy" in orjson.loads(body)["error"]["message"]
+
+
+def test_a_garbage_status_line_from_upstream_is_a_502(make_proxy, scripted):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTPT/9 banana\r\n\r\n")
+        await writer.drain()
+
+    proxy = make_proxy(to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        client.send(get("/x"))
+        status, headers, _ = client.response()
+        assert status == 502 and headers["X-Chaosproxy-Error"] == "upstream-unreachable"
+
+
+async def test_two_agents_with_the_same_rpc_ids_get_their_own_replies(make_proxy):
+    """Stateless era: both agents are one session (the client address) and number their calls alike;
+    a reply on a POST's own response still belongs to that POST, never to the other agent's."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    from tests.mcp_support import serve
+
+    with serve("http", "--stateless") as base:
+        proxy = make_proxy(rule("only-a", {"type": "rpc_error", "at": "response", "message": "lost for a"},
+                                match={"tool": "count", "header": {"X-Agent": "a"}}), to=base)
+
+        async def agent(name: str) -> list[bool]:
+            async with httpx2.AsyncClient(headers={"X-Agent": name}, timeout=20) as http:
+                async with Client(streamable_http_client(proxy.url + "/mcp", http_client=http)) as session:
+                    failed = []
+                    for _ in range(3):
+                        try:
+                            await session.call_tool("count", {"n": 2, "interval_ms": 50})
+                            failed.append(False)
+                        except MCPError as exc:
+                            failed.append(exc.error.message == "lost for a")
+                    return failed
+
+        a, b = await asyncio.wait_for(asyncio.gather(agent("a"), agent("b")), 60)
+    assert a == [True] * 3 and b == [False] * 3
+    faulted = {(f["rpc_id"], f["rule"]) for f in proxy.events("fault")}
+    assert len(proxy.events("fault")) == 3 and {rule for _, rule in faulted} == {"only-a"}
