@@ -86,6 +86,12 @@ class JsonRpcRelay:
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
 
+    def forget(self, request: Message) -> None:
+        """Upstream failed `request`: no reply to it will come, so it is not kept waiting for one."""
+        rpc = request.rpc if request.body is not None else None
+        if rpc is not None and "id" in rpc:
+            self._pending.pop((request.session, rpc_key(rpc["id"])), None)
+
     def reply(self, request: Message, message: dict[str, Any]) -> Respond:
         """Answer a request in the proxy's place, on whichever channel the agent expects the answer."""
         body = orjson.dumps(message)
