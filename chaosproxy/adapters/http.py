@@ -288,6 +288,8 @@ class HttpProxy:
         call.outcome = "upstream_timeout" if timed_out else "upstream_error"
         ops.warning("upstream %s failed for %s %s: %s", route.upstream, call.msg.http_method, call.msg.path,
                     error or type(error).__name__)
+        if isinstance(route.relay, JsonRpcRelay):
+            route.relay.forget(call.msg)  # no reply will come on the legacy stream: not kept waiting for one
         if exchange.started:
             exchange.abort()
             call.finish(self.engine)
