@@ -312,7 +312,35 @@ class ClientExchange:
         await self.conn.drain()
 
 
-class ClientConnection(asyncio.Protocol):
+class _Wire(asyncio.Protocol):
+    """What both ends of the relay share: header collection for httptools, and corked writes."""
+
+    transport: asyncio.Transport
+    _out: list[bytes] | None
+    _headers: Headers
+    _trailers: Headers | None
+
+    def _writable(self) -> bool:
+        raise NotImplementedError
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._trailers is not None:
+            self._trailers.append((name, value))
+        else:
+            self._headers.append((name, value))
+
+    def cork(self) -> None:
+        """Hold writes until `uncork`: a head and body written in one turn go out in one send."""
+        if self._out is None:
+            self._out = []
+
+    def uncork(self) -> None:
+        out, self._out = self._out, None
+        if out and self._writable():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+
+class ClientConnection(_Wire):
     """One agent connection: parses requests, hands them to the handler one at a time, in order."""
 
     def __init__(self, handler: Handler) -> None:
@@ -407,12 +435,6 @@ class ClientConnection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._trailers is not None:
-            self._trailers.append((name, value))
-        else:
-            self._headers.append((name, value))
-
     def on_headers_complete(self) -> None:
         parser = self.parser
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())
@@ -444,15 +466,8 @@ class ClientConnection(asyncio.Protocol):
         elif not self.lost:
             self.transport.write(data)
 
-    def cork(self) -> None:
-        """Hold writes until `uncork`: a head and body written in one turn go out in one send."""
-        if self._out is None:
-            self._out = []
-
-    def uncork(self) -> None:
-        out, self._out = self._out, None
-        if out and not self.lost:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+    def _writable(self) -> bool:
+        return not self.lost
 
     def cork_upstream(self, upstream: UpstreamConnection) -> None:
         """Writes to `upstream` made while this connection's input is parsed go out together after it."""
@@ -540,7 +555,7 @@ class UpstreamError(Exception):
     """The upstream broke the exchange: refused, closed early, or sent what HTTP does not allow."""
 
 
-class UpstreamConnection(asyncio.Protocol):
+class UpstreamConnection(_Wire):
     """One keep-alive connection to an upstream; it serves one request at a time for a `sink`."""
 
     def __init__(self, pool: UpstreamPool) -> None:
@@ -594,14 +609,8 @@ class UpstreamConnection(asyncio.Protocol):
         elif not self.closed and not self.transport.is_closing():
             self.transport.write(data)
 
-    def cork(self) -> None:
-        if self._out is None:
-            self._out = []
-
-    def uncork(self) -> None:
-        out, self._out = self._out, None
-        if out and not self.closed and not self.transport.is_closing():
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+    def _writable(self) -> bool:
+        return not self.closed and not self.transport.is_closing()
 
     async def drain(self) -> None:
         if self.closed:
@@ -696,12 +705,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_status(self, reason: bytes) -> None:
         self._reason += reason
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._trailers is not None:
-            self._trailers.append((name, value))
-        else:
-            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
