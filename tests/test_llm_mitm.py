@@ -20,7 +20,7 @@ from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
 from tests.llm_support import CHAT_TOOLS, PROMPT, call_lines, rules
-from tests.support import ServerLoop
+from tests.support import ServerLoop, log_events
 from tests.test_mitm import confdir, tls_files  # noqa: F401
 
 
@@ -47,7 +47,7 @@ class Mitm:
         self.log_path = log_path
 
     def events(self, kind: str) -> list[dict[str, Any]]:
-        return [e for line in self.log_path.read_text().splitlines() if (e := json.loads(line))["event"] == kind]
+        return log_events(self.log_path, kind)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, wait_listening
+from tests.support import free_port, log_events, wait_listening
 
 
 class Proxy:
@@ -54,7 +54,7 @@ def start(upstream: str) -> Iterator[Callable[[Path], Proxy]]:
 
 
 def calls(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if json.loads(line)["event"] == "call")
+    return len(log_events(path, "call"))
 
 
 def eventually(check: Callable[[], bool], timeout: float = 5) -> None:

@@ -31,6 +31,7 @@ from chaosproxy.faults import REGISTRY
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import Scenario
 from tests.mcp_support import SERVER, dump
+from tests.support import log_events
 
 PROXY = [sys.executable, "-m", "chaosproxy", "stdio"]
 MCP_SERVER = [*SERVER, "stdio"]
@@ -71,7 +72,7 @@ def scenario_file(tmp_path: Path, *rules: dict[str, Any]) -> Path:
 
 
 def events(log: Path, kind: str) -> list[dict[str, Any]]:
-    return [e for line in log.read_text().splitlines() if (e := json.loads(line))["event"] == kind]
+    return log_events(log, kind)
 
 
 @pytest.fixture

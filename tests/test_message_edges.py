@@ -18,7 +18,7 @@ from aiohttp import web
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp_support import client
-from tests.support import ServerLoop, free_port, wait_listening
+from tests.support import ServerLoop, free_port, log_events, wait_listening
 
 BATCH_REPLY = [{"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "the weather is fine"}]}},
                {"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "nothing found here"}]}}]
@@ -79,7 +79,7 @@ def run_proxy(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
 def lines(proc: subprocess.Popen[bytes], log: Path, event: str) -> list[dict[str, Any]]:
     proc.terminate()
     proc.wait(10)  # every line written
-    return [line for line in map(json.loads, log.read_text().splitlines()) if line["event"] == event]
+    return log_events(log, event)
 
 
 async def test_the_proxys_own_reply_on_a_legacy_stream_is_not_faulted_again(run_proxy, mcp_sse: str):

@@ -38,7 +38,7 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
-from tests.support import ServerLoop, free_port, rule, wait_listening
+from tests.support import ServerLoop, free_port, log_events, rule, wait_listening
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
@@ -153,8 +153,7 @@ class RunningMitm:
         self.real_ca = ssl.create_default_context(cafile=tls_files["ca"])
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        lines = [json.loads(line) for line in self.log_path.read_text().splitlines()]
-        return [line for line in lines if kind is None or line["event"] == kind]
+        return log_events(self.log_path, kind)
 
     async def events_soon(self, kind: str, count: int, timeout: float = 5) -> list[dict[str, Any]]:
         """The log's `kind` lines once there are `count` (the call line follows the response by a little)."""

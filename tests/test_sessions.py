@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.mcp_support import client
-from tests.support import free_port, wait_listening
+from tests.support import free_port, log_events, wait_listening
 
 PER_SESSION_FIRST_FAILS = """\
 rules:
@@ -54,7 +54,7 @@ class Proxy:
             conn.close()
 
     def lines(self, event: str) -> list[dict[str, Any]]:
-        return [line for line in map(json.loads, self.log.read_text().splitlines()) if line["event"] == event]
+        return log_events(self.log, event)
 
     def wait_for(self, check: Callable[[], bool], timeout: float = 5) -> None:
         deadline = time.monotonic() + timeout  # session lines are written in batches (every 0.25 s)
