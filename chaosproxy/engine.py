@@ -191,7 +191,14 @@ class Engine:
         head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""
         if self._routes_calls and msg.http_method == "POST":
             return True
-        return any(rule.rule.enabled and all(check(msg) for check in rule.head_checks) for rule in self._compiled)
+        for rule in self._compiled:  # loops, not any(all(...)): this runs for every request
+            if rule.rule.enabled:
+                for check in rule.head_checks:
+                    if not check(msg):
+                        break
+                else:
+                    return True
+        return False
 
     def end_session(self, key: str, reason: str = "ended") -> None:
         """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""
