@@ -201,6 +201,10 @@ class ChaosAddon:
         state: _Flow | None = flow.metadata.get(_KEY)
         if state is None or state.decided:
             return
+        if flow.request.stream:  # a chunked body past RULE_BODY_LIMIT: mitmproxy has passed it on already
+            state.decided = True
+            self._undecided(state, "request")
+            return
         state.msg.body = flow.request.raw_content or None
         await self._on_request(flow, state)
 
@@ -253,7 +257,9 @@ class ChaosAddon:
             return
         response = flow.response
         assert response is not None
-        if not response.stream and state.outcome != "fault_response":
+        if response.stream and state.read_whole:  # a chunked body past RULE_BODY_LIMIT: mitmproxy streamed it
+            self._undecided(state, "response")
+        elif not response.stream and state.outcome != "fault_response":
             body = response.raw_content or b""
             if state.read_whole:
                 body = self._relay_body(body, state, response.headers)
@@ -279,6 +285,11 @@ class ChaosAddon:
     def client_disconnected(self, client: Client) -> None:
         if (gone := self._gone.pop(client.id, None)) is not None:
             gone.set()
+
+    def _undecided(self, state: _Flow, side: str) -> None:
+        msg = state.msg
+        self.engine.log.skip(rule=None, transport=TRANSPORT, session=msg.session, path=msg.path,
+                             reason=f"a chunked {side} body past {RULE_BODY_LIMIT} bytes is passed on undecided")
 
     # carrying out the engine's decisions
 
@@ -768,6 +779,8 @@ class MitmProxy:
                 allow_hosts=self.hosts.allow_hosts, ignore_hosts=self.hosts.ignore_hosts,
                 # HTTP/1.1 to both sides: a reset or a truncation then hits one exchange, as under `run`
                 http2=False,
+                # a body of unknown length is buffered for rules up to this size, then streams on undecided
+                stream_large_bodies=str(RULE_BODY_LIMIT),
                 ssl_verify_upstream_trusted_ca=str(self.upstream_ca) if self.upstream_ca else None,
             )
         except OptionsError as exc:
