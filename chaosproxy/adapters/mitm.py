@@ -336,6 +336,7 @@ class ChaosAddon:
                 _mirror_rpc_headers(flow.request.headers, msg)
         if llm is not None:
             original, llm.faults = msg.body, state.faults
+            await llm.prepare()
             llm.rewrite_request()
             if msg.body is not original:
                 _set_body(flow.request, msg.body or b"")
