@@ -219,6 +219,10 @@ class Engine:
         """
         return any(rule.could_match(msg) for rule in self._by_kind[msg.phase, True])
 
+    def candidates(self, msg: Message) -> list[Fault]:
+        """The faults of the enabled message rules that match `msg`, before any gate is asked."""
+        return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.rule.enabled and rule.matches(msg)]
+
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""
         return self._entry(key, view).state

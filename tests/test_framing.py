@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import threading
 import time
 import zlib
 
@@ -322,6 +323,50 @@ def test_legacy_endpoint_is_rewritten_past_leading_comments(make_proxy, scripted
         _, _, body = client.response()
     assert b": connected\n\n" in body
     assert b"data: /messages/?session_id=ab" in body and upstream.url.encode() not in body
+
+
+def test_a_request_upstream_failed_is_not_matched_to_a_later_reply_on_the_legacy_stream(make_proxy, scripted):
+    """A POST upstream broke gets its 502 and is forgotten: a reply with its id arriving later on the legacy
+    stream is not taken for its answer (here a rule on the failed call's tool would fire on it)."""
+    late = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"late"}]}}'
+    answered = threading.Event()  # the agent has its 502: only then does the late reply come
+
+    async def script(reader, writer):
+        head, _ = await read_request(reader)
+        if head.startswith(b"POST"):
+            return  # closes without an answer: the proxy's 502
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 999\r\n\r\n"
+                     b"event: endpoint\ndata: /messages/?session_id=ab\n\n")
+        await writer.drain()
+        await asyncio.to_thread(answered.wait, 10)
+        writer.write(b"event: message\ndata: " + late + b"\n\n")
+        await writer.drain()
+        await asyncio.sleep(5)  # the stream stays open; the test has read what it needs by then
+
+    proxy = make_proxy(rule("lost", {"type": "rpc_error", "at": "response", "message": "reply lost"},
+                            match={"tool": "lookup"}), to=scripted(script).url)
+    call = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "lookup"}})
+    with RawClient(proxy.url) as stream, RawClient(proxy.url) as poster:
+        stream.send(get("/sse", "Accept: text/event-stream"))
+        head = [stream.read_line()]
+        while head[-1] != b"\r\n":
+            head.append(stream.read_line())
+        assert head[0].startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked\r\n" in head  # length gone
+
+        def events_until(end: bytes) -> bytes:
+            body = b""
+            while not body.endswith(end):
+                body += stream.file.read(int(stream.read_line(), 16))
+                stream.read_line()
+            return body
+
+        assert events_until(b"\n\n") == b"event: endpoint\ndata: /messages/?session_id=ab\n\n"
+        poster.send(b"POST /messages/?session_id=ab HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(call), call))
+        assert poster.response()[0] == 502
+        answered.set()
+        assert events_until(b"\n\n") == b"event: message\ndata: " + late + b"\n\n"  # as upstream sent it
+    assert proxy.events("fault") == []
 
 
 @pytest.mark.parametrize("request_line", [b"GET http://127.0.0.1:9/x HTTP/1.1", b"CONNECT example.com:443 HTTP/1.1"])

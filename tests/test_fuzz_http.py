@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import resource
+import string
 import time
 
 import orjson
@@ -92,6 +93,43 @@ def test_fuzzed_requests_never_break_the_proxy(make_proxy, scenario):
     one()
     assert _rss_kib() - rss_before < 200 * 1024  # the whole test process, bounded
     assert not [e for e in proxy.events("error")]
+
+
+HOP_AND_FRAMING = {"connection", "upgrade", "expect", "transfer-encoding", "content-length", "host", "keep-alive",
+                   "te", "trailer", "proxy-connection"}
+field_names = st.text(st.sampled_from(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"), min_size=1, max_size=20)
+well_formed = st.builds(
+    lambda method, path, headers, body: (method, b"%b %b HTTP/1.1\r\nHost: a\r\n%bContent-Length: %d\r\n\r\n%b" % (
+        method.encode(), path.encode(), b"".join(f"{name}: {value}\r\n".encode() for name, value in headers),
+        len(body), body)),
+    st.sampled_from(["GET", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "HEAD"]),
+    st.sampled_from(["/health", "/api/weather", "/echo/x", "/mcp", "/nowhere"]).flatmap(
+        lambda path: st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#"),
+                             max_size=12).map(lambda tail: path + tail)),
+    st.lists(st.tuples(field_names.filter(lambda name: name.lower() not in HOP_AND_FRAMING), tokens), max_size=4),
+    st.one_of(st.just(CALL), any_bytes))
+
+
+@pytest.mark.parametrize("scenario", ["rules: []", WATCHING], ids=["idle", "watching"])
+def test_pipelined_well_formed_requests_get_exactly_one_response_each_in_order(make_proxy, scenario):
+    """Whatever the requests, N of them written at once get N responses, in order, on the one connection."""
+    proxy = make_proxy(scenario)
+
+    @settings(FUZZ, max_examples=40)
+    @given(requests=st.lists(well_formed, min_size=1, max_size=4))
+    def one(requests):
+        with RawClient(proxy.url, timeout=10) as client:
+            client.send(b"".join(raw for _, raw in requests))
+            statuses = [client.response(method)[0] for method, _ in requests]
+            assert all(100 <= status < 600 and status != 500 for status in statuses), statuses
+            client.sock.settimeout(0.3)
+            with pytest.raises((TimeoutError, http.client.HTTPException, OSError)):
+                client.response()  # nothing more: not a second answer to any of them
+        _still_serves(proxy.url)
+
+    one()
+    assert not proxy.events("error")
+    assert len(proxy.events("call")) >= 1
 
 
 hostile_status = st.one_of(

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from chaosproxy.adapters.http import RULE_BODY_LIMIT
 from chaosproxy.adapters.mitm import CA_CERT, HostPatterns, MitmProxy, ca_directory
 from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine
@@ -112,6 +113,25 @@ async def _slow_text(request: web.Request) -> web.StreamResponse:
     return response
 
 
+CHUNKED_JSON_BYTES = RULE_BODY_LIMIT + (2 << 20)
+
+
+async def _chunked_json(request: web.Request) -> web.StreamResponse:
+    """A JSON document past the rules' body limit, chunked (no Content-Length)."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    await response.write(b'{"pad": "')
+    left = CHUNKED_JSON_BYTES - len(b'{"pad": ""}')
+    while left > 0:
+        piece = min(left, 1 << 20)
+        await response.write(b"x" * piece)
+        left -= piece
+    await response.write(b'"}')
+    await response.write_eof()
+    return response
+
+
 @pytest.fixture(scope="session")
 def https_upstream(server_loop: ServerLoop, tls_files: dict[str, Path]) -> Iterator[int]:
     """The port of the HTTPS tool server on 127.0.0.1 (reach it as localhost or as 127.0.0.1)."""
@@ -123,6 +143,7 @@ def https_upstream(server_loop: ServerLoop, tls_files: dict[str, Path]) -> Itera
         app.router.add_post("/rpc", _rpc)
         app.router.add_post("/rpc-stream", _rpc_stream)
         app.router.add_get("/slow-text", _slow_text)
+        app.router.add_get("/chunked-json", _chunked_json)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
@@ -240,6 +261,32 @@ async def test_a_chunked_json_rpc_request_is_inspected(make_mitm):
     assert status == 200 and json.loads(body)["error"]["code"] == -32000
     [fault] = mitm.events("fault")
     assert (fault["rule"], fault["tool"], fault["rpc_id"]) == ("refuse", "lookup", 7)
+
+
+async def test_a_chunked_json_request_past_the_rule_limit_streams_on_undecided(make_mitm):
+    """Read whole for rules only up to RULE_BODY_LIMIT: a larger chunked body is passed on as it comes."""
+    mitm = make_mitm(rule("refuse", {"type": "rpc_error", "code": -32000}, match={"tool": "lookup"}))
+    body = json.dumps({"pad": "x" * (RULE_BODY_LIMIT + (1 << 20))}).encode()
+
+    async def chunked() -> Any:
+        for start in range(0, len(body), 1 << 20):
+            yield body[start:start + (1 << 20)]
+
+    status, _, echoed = await mitm.fetch(mitm.intercepted + "/echo/big", "POST", data=chunked(),
+                                         headers={"Content-Type": "application/json"})
+    assert status == 200 and echoed == body
+    [skip] = mitm.events("skip")
+    assert skip["path"] == "/echo/big" and "past" in skip["reason"] and "request" in skip["reason"]
+    assert mitm.events("fault") == []
+
+
+async def test_a_chunked_json_response_past_the_rule_limit_streams_on_undecided(make_mitm):
+    mitm = make_mitm(rule("typos", {"type": "typos", "rate": 1}, match={"path": "/chunked-json"}))
+    status, _, body = await mitm.fetch(mitm.intercepted + "/chunked-json")
+    assert status == 200 and len(body) == CHUNKED_JSON_BYTES and json.loads(body)["pad"].count("x") > RULE_BODY_LIMIT
+    [skip] = mitm.events("skip")
+    assert skip["path"] == "/chunked-json" and "response" in skip["reason"]
+    assert mitm.events("fault") == []
 
 
 async def test_a_chunked_text_response_streams_past_an_unrelated_message_rule(make_mitm):
@@ -455,6 +502,8 @@ async def test_reply_rewritten_in_a_json_body(make_mitm):
     reply = json.loads(body)
     assert status == 200 and reply["error"]["message"] == "lost" and reply["id"] == 7
     assert int(headers["Content-Length"]) == len(body)
+    [call] = await mitm.events_soon("call", 1)
+    assert (call["rpc_id"], call["faults"]) == (7, ["lost"])  # the relay's decision is on the call line
 
 
 async def test_reply_rewritten_per_sse_event(make_mitm):
@@ -465,6 +514,8 @@ async def test_reply_rewritten_per_sse_event(make_mitm):
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: ")]
     assert events[0]["method"] == "notifications/progress"  # the notification passes as it was
     assert events[1] == {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": "lost"}}
+    [call] = await mitm.events_soon("call", 1)
+    assert (call["rpc_id"], call["faults"]) == (7, ["lost"])
 
 
 async def test_garbled_reply(make_mitm):

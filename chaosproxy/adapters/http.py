@@ -686,6 +686,7 @@ class Inspection:
         if llm is not None:
             original = msg.body
             llm.faults = call.faults
+            await llm.prepare()
             llm.rewrite_request()
             if msg.body is not original:
                 body = msg.body

@@ -201,6 +201,10 @@ class ChaosAddon:
         state: _Flow | None = flow.metadata.get(_KEY)
         if state is None or state.decided:
             return
+        if flow.request.stream:  # a chunked body past RULE_BODY_LIMIT: mitmproxy has passed it on already
+            state.decided = True
+            self._undecided(state, "request")
+            return
         state.msg.body = flow.request.raw_content or None
         await self._on_request(flow, state)
 
@@ -244,7 +248,7 @@ class ChaosAddon:
             if (editor := state.llm.stream_editor(headers)) is not None:
                 stages.append(_LlmEvents(editor))
         elif is_stream and per_message:
-            stages.append(_SseMessages(self.relay, state.msg))
+            stages.append(_SseMessages(self.relay, state.msg, state.faults))
         response.stream = self._shaper(flow, state, stages, shaping, length)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -253,7 +257,9 @@ class ChaosAddon:
             return
         response = flow.response
         assert response is not None
-        if not response.stream and state.outcome != "fault_response":
+        if response.stream and state.read_whole:  # a chunked body past RULE_BODY_LIMIT: mitmproxy streamed it
+            self._undecided(state, "response")
+        elif not response.stream and state.outcome != "fault_response":
             body = response.raw_content or b""
             if state.read_whole:
                 body = self._relay_body(body, state, response.headers)
@@ -279,6 +285,11 @@ class ChaosAddon:
     def client_disconnected(self, client: Client) -> None:
         if (gone := self._gone.pop(client.id, None)) is not None:
             gone.set()
+
+    def _undecided(self, state: _Flow, side: str) -> None:
+        msg = state.msg
+        self.engine.log.skip(rule=None, transport=TRANSPORT, session=msg.session, path=msg.path,
+                             reason=f"a chunked {side} body past {RULE_BODY_LIMIT} bytes is passed on undecided")
 
     # carrying out the engine's decisions
 
@@ -325,6 +336,7 @@ class ChaosAddon:
                 _mirror_rpc_headers(flow.request.headers, msg)
         if llm is not None:
             original, llm.faults = msg.body, state.faults
+            await llm.prepare()
             llm.rewrite_request()
             if msg.body is not original:
                 _set_body(flow.request, msg.body or b"")
@@ -337,7 +349,7 @@ class ChaosAddon:
         """A whole reply through the relay that understands it: model API, or JSON-RPC."""
         if state.llm is not None:
             return state.llm.relay_body(body, state.status, headers)
-        return self.relay.relay_body(body, state.msg, headers)  # type: ignore[arg-type]
+        return self.relay.relay_body(body, state.msg, headers, faults=state.faults)  # type: ignore[arg-type]
 
     def _respond(self, flow: http.HTTPFlow, respond: Respond, state: _Flow) -> None:
         flow.request.stream = False  # mitmproxy answers only once the request body is in
@@ -544,11 +556,13 @@ class _LlmEvents(_Stage):
 
 
 class _SseMessages(_Stage):
-    """SSE events, each one's JSON-RPC message decided on as it completes."""
+    """SSE events, each one's JSON-RPC message decided on as it completes; the rules that fire go on
+    the call line's `faults` (on a legacy GET stream, the replies' faults are their POSTs')."""
 
-    def __init__(self, relay: JsonRpcRelay, request: Message) -> None:
+    def __init__(self, relay: JsonRpcRelay, request: Message, faults: list[str]) -> None:
         self.relay, self.request = relay, request
         self.session = request.session
+        self.faults: list[str] | None = faults
         self.splitter = streams.SseSplitter()
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
@@ -561,8 +575,9 @@ class _SseMessages(_Stage):
         if streams.sse_field(event, b"event") == b"endpoint":  # legacy HTTP+SSE: the stream's session
             target = URL((streams.sse_data(event) or b"").decode("utf-8", "replace").strip())
             self.session = target.query.get("sessionId") or target.query.get("session_id") or self.session
+            self.faults = None
             return event
-        return self.relay.relay_frame(event, self.request, self.session)
+        return self.relay.relay_frame(event, self.request, self.session, self.faults)
 
 
 class _Slices(_Stage):
@@ -768,6 +783,8 @@ class MitmProxy:
                 allow_hosts=self.hosts.allow_hosts, ignore_hosts=self.hosts.ignore_hosts,
                 # HTTP/1.1 to both sides: a reset or a truncation then hits one exchange, as under `run`
                 http2=False,
+                # a body of unknown length is buffered for rules up to this size, then streams on undecided
+                stream_large_bodies=str(RULE_BODY_LIMIT),
                 ssl_verify_upstream_trusted_ca=str(self.upstream_ca) if self.upstream_ca else None,
             )
         except OptionsError as exc:
