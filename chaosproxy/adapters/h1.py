@@ -120,11 +120,12 @@ _HOPS: dict[tuple[frozenset[bytes], frozenset[bytes]], frozenset[bytes]] = {}
 
 def serialize_head(first_line: bytes, headers: Headers, framing: bytes = b"") -> bytes:
     """A head on the wire: the first line, the headers as given, then `framing` (ready-made header lines)."""
-    lines = [first_line]
-    for name, value in headers:
-        lines += (name, b": ", value, b"\r\n")
-    lines += (framing, b"\r\n")
-    return b"".join(lines)
+    if not headers:
+        return first_line + framing + b"\r\n"
+    return b"".join((first_line, b"\r\n".join(map(_name_value, headers)), b"\r\n", framing, b"\r\n"))
+
+
+_name_value = b": ".join  # one header line, without its CRLF, from a (name, value) pair
 
 
 def chunk(data: bytes) -> bytes:

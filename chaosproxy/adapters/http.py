@@ -919,7 +919,7 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     line["outcome"] = exchange.outcome
     line["bytes_out"] = exchange.bytes_out
     line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1000, 3)
-    line["faults"] = exchange.faults
+    line["faults"] = exchange.faults[:]  # as it is now: the line may be serialised later
     rpc = msg.rpc if msg.body is not None else None
     if rpc is not None:
         line["method"] = msg.method
