@@ -918,7 +918,7 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     line["status"] = exchange.status
     line["outcome"] = exchange.outcome
     line["bytes_out"] = exchange.bytes_out
-    line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1000, 3)
+    line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1e6) / 1000  # round(x, 3) is slow
     line["faults"] = exchange.faults[:]  # as it is now: the line may be serialised later
     rpc = msg.rpc if msg.body is not None else None
     if rpc is not None:
