@@ -22,7 +22,8 @@ import pytest
 
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.plan import RunSpec
-from tests.support import free_port
+from tests.otlp import Receiver
+from tests.support import ServerLoop, free_port
 
 pytest.importorskip("ray")
 
@@ -257,8 +258,41 @@ def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
         timeout=30,
     )
     spec = RunSpec("run-3", "clean", "clean", "rules: []\n", 77)
-    result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
+    result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path), 12)
     assert (result.run, result.status, result.seed) == ("run-3", "passed", 77)
     assert files is not None and set(files) == RUN_FILES
     assert files["scenario.yaml"] == b"rules: []\n" and json.loads(files["run.json"])["seed"] == 77
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.timeout(900)
+def test_runs_on_ray_get_their_root_spans_like_local_runs(
+    cluster: str, drill_file: Path, tmp_path: Path, server_loop: ServerLoop
+) -> None:
+    """The driver's OTEL_* variables reach the tasks: each run's root span, its proxy's call spans in
+    the run's trace, exported from the node that carried it out to a real OTLP receiver."""
+    receiver = Receiver()
+    server_loop.run(receiver.start())
+    try:
+        drill_file.write_text(drill_file.read_text().replace("randomize: 4\nrepeat: 2\n", "randomize: 1\n"))
+        on_ray = subprocess.run(
+            [*CHAOSPROXY, "drill", str(drill_file), "--executor", "ray", "--ray-address", cluster,
+             "--ray-num-cpus", "0.5", "--out", str(tmp_path / "ray")],
+            capture_output=True, text=True, timeout=600,
+            env={**os.environ, **RAY_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                 "OTEL_BSP_SCHEDULE_DELAY": "100"},
+        )
+        assert on_ray.returncode == 0, on_ray.stderr
+        ran = results(tmp_path / "ray")
+        assert len(ran) == 3 and all(r["trace_id"] for r in ran)
+        spans = receiver.wait_for(lambda spans: sum(s.name.startswith("chaosproxy.drill") for s in spans) == 3
+                                  and sum(s.name == "GET" for s in spans) >= 9, timeout=60)
+    finally:
+        server_loop.run(receiver.stop())
+    for result in ran:
+        [root] = [s for s in spans if s.name == f"chaosproxy.drill {result['run']}"]
+        assert (root.trace_id, root.parent_id, root.kind) == (result["trace_id"], "", "INTERNAL")
+        assert root.attributes["chaosproxy.run.status"] == result["status"]
+        assert root.resource["chaosproxy.run_id"] == "ray" and root.resource["chaosproxy.seed"] == 12
+        calls = [s for s in spans if s.name == "GET" and s.trace_id == root.trace_id]
+        assert len(calls) == 3 and all(call.parent_id == root.span_id for call in calls)
