@@ -10,10 +10,12 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,12 +41,13 @@ rules:
     match: {path: /api/weather}
     fault: {type: latency, delay_ms: !range [1, 5]}
 """
-# argv: a folder to leave a marker in (run, the pid of the process that started it, its own pid), and how
-# long to wait before the calls, so a test can see which Ray worker carries out which run.
+# argv: a folder to leave a marker in (named run, the pid of the process that started it, its own pid; holding
+# the proxy's URL), and how long to wait before the calls, so a test can see which Ray worker carries out
+# which run, and with which proxy.
 AGENT = """
 import os, pathlib, sys, time, urllib.error, urllib.request
 run = os.path.basename(os.environ["CHAOSPROXY_RUN"])
-(pathlib.Path(sys.argv[1]) / f"{run}-{os.getppid()}-{os.getpid()}").touch()
+(pathlib.Path(sys.argv[1]) / f"{run}-{os.getppid()}-{os.getpid()}").write_text(os.environ["CHAOSPROXY_URL"])
 time.sleep(float(sys.argv[2]))
 for city in ("lima", "oslo", "pune"):
     try:
@@ -241,11 +244,46 @@ def test_killing_a_ray_worker_mid_drill_loses_no_run(cluster: str, drill_file: P
     tries = [m.name for m in markers.iterdir() if m.name.startswith(f"{victim_run}-")]
     assert len(tries) >= 2, tries  # the lost run was carried out again
     assert not _alive(int(agent))  # the lost try's agent died with its worker
-    assert _processes_mentioning(str(out)) == []  # and no proxy of it is left serving
+    assert _processes_mentioning(str(out)) == []
+    proxy = urllib.parse.urlsplit(started[0].read_text())  # and its proxy (forked by the worker's launcher)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((proxy.hostname, proxy.port), timeout=5).close()
+
+
+@pytest.fixture
+def worker() -> Iterator[Any]:
+    """This process as a Ray worker carrying out runs (carry_out), its proxy launcher closed after."""
+    from chaosproxy.drill.ray_executor import _Worker
+
+    yield _Worker
+    if _Worker.launcher is not None and _Worker.loop is not None:
+        _Worker.loop.run_until_complete(_Worker.launcher.close())
+        _Worker.launcher = None
+
+
+def test_a_ray_worker_forks_the_proxies_of_all_its_runs_from_one_warm_launcher(
+    upstream: str, tmp_path: Path, worker: Any
+) -> None:
+    from chaosproxy.drill.ray_executor import carry_out
+
+    (tmp_path / "markers").mkdir()
+    (tmp_path / "agent.py").write_text(AGENT)
+    config = DrillConfig(
+        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0", upstream=upstream, timeout=30
+    )
+    launchers = []
+    for n in (1, 2):
+        spec = RunSpec(f"run-{n}", "clean", "clean", "rules: []\n", n)
+        result, _ = carry_out(spec, config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path))
+        assert result.status == "passed"
+        assert worker.launcher is not None and worker.launcher.proc.returncode is None
+        launchers.append(worker.launcher.proc.pid)
+    assert launchers[0] == launchers[1]  # one launcher for the worker's runs
+    assert worker.launcher.next_id == 3  # which forked both runs' proxies (after its hello)
 
 
 def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
-    upstream: str, tmp_path: Path
+    upstream: str, tmp_path: Path, worker: Any
 ) -> None:
     from chaosproxy.drill.ray_executor import carry_out
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import selectors
@@ -21,6 +22,16 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
+
+
+def die_with_parent() -> None:
+    """Be killed when the thread that started this process dies (Linux): the drill's processes never
+    outlive it (a drill killed outright, a lost Ray worker). As a preexec_fn, or first thing in a child."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class LaunchedProcess:
@@ -117,22 +128,12 @@ class Launcher:
 
 # --- the launcher process --------------------------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _child(request: dict[str, Any], cli_main: Any) -> None:
     """In the forked child: become the proxy the request asks for. Never returns."""
     status = 1
     try:
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -161,7 +162,7 @@ def main() -> int:
     from chaosproxy.adapters import http  # noqa: F401
     from chaosproxy.cli import main as cli_main
 
-    _die_with_parent()
+    die_with_parent()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
