@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import selectors
@@ -155,11 +156,28 @@ def _child(request: dict[str, Any], cli_main: Any) -> None:
         os._exit(status)
 
 
-def main() -> int:
-    """Import the proxy once, then fork one per request until stdin closes."""
-    # Imported here, once, so that every child has them: what `chaosproxy run` loads on its way to listening.
+def _preload() -> None:
+    """Import, once, all a run's proxy would import itself: what `chaosproxy run` loads on its way to
+    listening, every fault (a proxy loads those its scenario names), and what serving loads on first use
+    (the event loop, the IDNA codec and thread pool of address lookups, the output-schema checker)."""
+    import concurrent.futures.thread  # noqa: F401
+    import encodings.idna  # noqa: F401
+
+    import jsonschema.validators  # noqa: F401
+    import uvloop  # noqa: F401
+
     from chaosproxy import otel, reload, runtime  # noqa: F401
     from chaosproxy.adapters import http  # noqa: F401
+    from chaosproxy.faults import all_faults
+
+    all_faults()
+    gc.collect()
+    gc.freeze()  # a child's own collections then leave these alone, and their pages shared with the launcher
+
+
+def main() -> int:
+    """Import the proxy once, then fork one per request until stdin closes."""
+    _preload()
     from chaosproxy.cli import main as cli_main
 
     die_with_parent()
