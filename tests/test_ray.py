@@ -261,20 +261,25 @@ def worker() -> Iterator[Any]:
         _Worker.launcher = None
 
 
+@pytest.fixture
+def run_config(upstream: str, tmp_path: Path) -> DrillConfig:
+    """The settings a Ray task gets: the marking agent, against the test's upstream."""
+    (tmp_path / "markers").mkdir()
+    (tmp_path / "agent.py").write_text(AGENT)
+    return DrillConfig(
+        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0", upstream=upstream, timeout=30
+    )
+
+
 def test_a_ray_worker_forks_the_proxies_of_all_its_runs_from_one_warm_launcher(
-    upstream: str, tmp_path: Path, worker: Any
+    run_config: DrillConfig, tmp_path: Path, worker: Any
 ) -> None:
     from chaosproxy.drill.ray_executor import carry_out
 
-    (tmp_path / "markers").mkdir()
-    (tmp_path / "agent.py").write_text(AGENT)
-    config = DrillConfig(
-        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0", upstream=upstream, timeout=30
-    )
     launchers = []
     for n in (1, 2):
         spec = RunSpec(f"run-{n}", "clean", "clean", "rules: []\n", n)
-        result, _ = carry_out(spec, config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path))
+        result, _ = carry_out(spec, run_config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path))
         assert result.status == "passed"
         assert worker.launcher is not None and worker.launcher.proc.returncode is None
         launchers.append(worker.launcher.proc.pid)
@@ -283,19 +288,12 @@ def test_a_ray_worker_forks_the_proxies_of_all_its_runs_from_one_warm_launcher(
 
 
 def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
-    upstream: str, tmp_path: Path, worker: Any
+    run_config: DrillConfig, tmp_path: Path, worker: Any
 ) -> None:
     from chaosproxy.drill.ray_executor import carry_out
 
-    (tmp_path / "markers").mkdir()
-    (tmp_path / "agent.py").write_text(AGENT)
-    config = DrillConfig(
-        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0",
-        upstream=upstream,
-        timeout=30,
-    )
     spec = RunSpec("run-3", "clean", "clean", "rules: []\n", 77)
-    result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
+    result, files = carry_out(spec, run_config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
     assert (result.run, result.status, result.seed) == ("run-3", "passed", 77)
     assert files is not None and set(files) == RUN_FILES
     assert files["scenario.yaml"] == b"rules: []\n" and json.loads(files["run.json"])["seed"] == 77
