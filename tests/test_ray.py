@@ -285,6 +285,12 @@ def test_a_ray_worker_forks_the_proxies_of_all_its_runs_from_one_warm_launcher(
         launchers.append(worker.launcher.proc.pid)
     assert launchers[0] == launchers[1]  # one launcher for the worker's runs
     assert worker.launcher.next_id == 3  # which forked both runs' proxies (after its hello)
+    os.kill(launchers[0], signal.SIGKILL)  # a launcher lost: no run is, and the worker starts another
+    for n in (3, 4):
+        spec = RunSpec(f"run-{n}", "clean", "clean", "rules: []\n", n)
+        result, _ = carry_out(spec, run_config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path))
+        assert result.status == "passed", (tmp_path / "drill" / spec.name / "proxy.stderr").read_text()
+    assert worker.launcher is not None and worker.launcher.proc.pid != launchers[0]
 
 
 def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
