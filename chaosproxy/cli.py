@@ -16,7 +16,6 @@ from typing import Any
 
 from chaosproxy import __version__
 from chaosproxy.drill import command as drill_command
-from chaosproxy.faults import REGISTRY
 from chaosproxy.log import ops, setup_operational_log
 from chaosproxy.report import command as report_command
 from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario
@@ -408,6 +407,8 @@ def _is_suite(path: Path) -> bool:
 
 
 def faults_table() -> str:
+    from chaosproxy.faults import REGISTRY
+
     rows = [("TYPE", "COMPONENT", "LEVEL", "PARAMETERS", "WHAT IT DOES")]
     for name, fault in sorted(REGISTRY.items()):
         params = ", ".join(

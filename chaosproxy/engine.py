@@ -191,7 +191,14 @@ class Engine:
         head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""
         if self._routes_calls and msg.http_method == "POST":
             return True
-        return any(rule.rule.enabled and all(check(msg) for check in rule.head_checks) for rule in self._compiled)
+        for rule in self._compiled:  # loops, not any(all(...)): this runs for every request
+            if rule.rule.enabled:
+                for check in rule.head_checks:
+                    if not check(msg):
+                        break
+                else:
+                    return True
+        return False
 
     def end_session(self, key: str, reason: str = "ended") -> None:
         """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""
@@ -211,6 +218,10 @@ class Engine:
         make every large text response wait for its last byte.
         """
         return any(rule.could_match(msg) for rule in self._by_kind[msg.phase, True])
+
+    def candidates(self, msg: Message) -> list[Fault]:
+        """The faults of the enabled message rules that match `msg`, before any gate is asked."""
+        return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.rule.enabled and rule.matches(msg)]
 
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""

@@ -502,6 +502,8 @@ async def test_reply_rewritten_in_a_json_body(make_mitm):
     reply = json.loads(body)
     assert status == 200 and reply["error"]["message"] == "lost" and reply["id"] == 7
     assert int(headers["Content-Length"]) == len(body)
+    [call] = await mitm.events_soon("call", 1)
+    assert (call["rpc_id"], call["faults"]) == (7, ["lost"])  # the relay's decision is on the call line
 
 
 async def test_reply_rewritten_per_sse_event(make_mitm):
@@ -512,6 +514,8 @@ async def test_reply_rewritten_per_sse_event(make_mitm):
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: ")]
     assert events[0]["method"] == "notifications/progress"  # the notification passes as it was
     assert events[1] == {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": "lost"}}
+    [call] = await mitm.events_soon("call", 1)
+    assert (call["rpc_id"], call["faults"]) == (7, ["lost"])
 
 
 async def test_garbled_reply(make_mitm):

@@ -30,13 +30,27 @@ NO_BODY_STATUSES = frozenset({204, 304})
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 
 
+NO_NAMES: frozenset[bytes] = frozenset()
+# the names Head's one pass over the headers stops at: hop-by-hop, framing, Expect (and Host in a request)
+RESPONSE_SPECIAL = HOP_BY_HOP | {b"content-length", b"expect"}
+REQUEST_SPECIAL = RESPONSE_SPECIAL | {b"host"}
+_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+
+
 class Head:
-    """A request or response head as parsed: the raw header pairs plus what framing needs."""
+    """A request or response head as parsed: the raw header pairs plus what framing needs.
+
+    One pass over the headers finds the framing and sorts out `forward`: the end-to-end headers, bar
+    Content-Length (the proxy frames what it sends) and, in a request, Host (the upstream's is sent).
+    `special` names the headers the pass stops at: RESPONSE_SPECIAL, or REQUEST_SPECIAL plus `watch`,
+    a header whose first value is kept as `watched` (the agent's session).
+    """
 
     __slots__ = ("method", "target", "status", "reason", "version", "headers", "length", "chunked",
-                 "keep_alive", "upgrade", "expect_continue", "hop")
+                 "keep_alive", "upgrade", "expect_continue", "hop", "forward", "watched")
 
-    def __init__(self, headers: Headers, version: str, keep_alive: bool) -> None:
+    def __init__(self, headers: Headers, version: str, keep_alive: bool,
+                 special: frozenset[bytes] = RESPONSE_SPECIAL, watch: bytes = b"\0") -> None:
         self.method = ""
         self.target = b""
         self.status = 0
@@ -48,20 +62,36 @@ class Head:
         self.expect_continue = False
         self.length: int | None = None
         self.chunked = False
+        self.watched: bytes | None = None
         hop = HOP_BY_HOP
-        for name, value in headers:
-            lower = name.lower()
+        forward: Headers = []
+        for pair in headers:
+            lower = pair[0].lower()
+            if lower not in special:
+                forward.append(pair)
+                continue
+            value = pair[1]
             if lower == b"content-length":
                 self.length = int(value) if value.strip().isdigit() else None
             elif lower == b"transfer-encoding":
                 self.chunked = b"chunked" in value.lower()
             elif lower == b"connection":
-                hop = hop | {token.strip().lower() for token in value.split(b",")}
+                named = {token.strip().lower() for token in value.split(b",")}
+                if not named <= hop:  # Connection: keep-alive names nothing new (the set stays shared)
+                    hop = hop | named
             elif lower == b"expect":
                 self.expect_continue = value.strip().lower() == b"100-continue"
+                forward.append(pair)
+            elif lower == watch:
+                if self.watched is None:
+                    self.watched = value
+                forward.append(pair)
         if self.chunked:
             self.length = None
+        if hop is not HOP_BY_HOP:  # Connection named more hop-by-hop headers, maybe ones already passed
+            forward = [pair for pair in forward if pair[0].lower() not in hop]
         self.hop = hop
+        self.forward = forward
 
     @property
     def has_body(self) -> bool:
@@ -74,10 +104,18 @@ class Head:
                 return value
         return None
 
-    def end_to_end(self, *, keep: frozenset[bytes] = frozenset(), drop: frozenset[bytes] = frozenset()) -> Headers:
+    def end_to_end(self, *, keep: frozenset[bytes] = NO_NAMES, drop: frozenset[bytes] = NO_NAMES) -> Headers:
         """The headers without hop-by-hop ones (including those Connection names), bar `keep`, and `drop`."""
-        hop = (self.hop - keep) | drop
-        return [(name, value) for name, value in self.headers if name.lower() not in hop]
+        if self.hop is HOP_BY_HOP:  # no Connection header naming others: the set is one of a few, kept
+            hop = _HOPS.get((keep, drop))
+            if hop is None:
+                hop = _HOPS[keep, drop] = (HOP_BY_HOP - keep) | drop
+        else:
+            hop = (self.hop - keep) | drop
+        return [pair for pair in self.headers if pair[0].lower() not in hop]
+
+
+_HOPS: dict[tuple[frozenset[bytes], frozenset[bytes]], frozenset[bytes]] = {}
 
 
 def serialize_head(first_line: bytes, headers: Headers, framing: bytes = b"") -> bytes:
@@ -97,6 +135,13 @@ def last_chunk(trailers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b"0\r\n" + b"".join(name + b": " + value + b"\r\n" for name, value in trailers) + b"\r\n"
 
 
+class Producer(Protocol):
+    """The connection a body comes from: told to stop reading while the body's consumer lags."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
 class Body:
     """One message body as it arrives, for a consumer that pulls (async iteration) or is pushed to (pipe).
 
@@ -104,11 +149,11 @@ class Body:
     1 GiB body never sits in memory.
     """
 
-    __slots__ = ("_pieces", "_size", "done", "trailers", "error", "_waiter", "_pipe", "_end", "_pause",
-                 "_resume", "_paused", "received")
+    __slots__ = ("_pieces", "_size", "done", "trailers", "error", "_waiter", "_pipe", "_end", "_producer",
+                 "_paused", "received")
 
-    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
-        self._pieces: deque[bytes] = deque()
+    def __init__(self, producer: Producer) -> None:
+        self._pieces: deque[bytes] | None = None  # made when a piece must wait (a piped body never does)
         self._size = 0
         self.done = False
         self.trailers: Headers = []
@@ -116,8 +161,7 @@ class Body:
         self._waiter: asyncio.Future[None] | None = None
         self._pipe: Callable[[bytes], None] | None = None
         self._end: Callable[[Headers], None] | None = None
-        self._pause = pause
-        self._resume = resume
+        self._producer = producer
         self._paused = False
         self.received = 0
 
@@ -126,11 +170,13 @@ class Body:
         if self._pipe is not None:
             self._pipe(data)
             return
+        if self._pieces is None:
+            self._pieces = deque()
         self._pieces.append(data)
         self._size += len(data)
         if self._size > HIGH_WATER and not self._paused:
             self._paused = True
-            self._pause()
+            self._producer.pause_reading()
         self._wake()
 
     def finish(self, trailers: Headers) -> None:
@@ -150,7 +196,7 @@ class Body:
     def pipe(self, write: Callable[[bytes], None], end: Callable[[Headers], None]) -> None:
         """From now on, push every piece to `write` and the end to `end` (what was buffered first)."""
         while self._pieces:
-            write(self._pieces.popleft())
+            write(self._pieces.popleft())  # type: ignore[union-attr]
         self._size = 0
         self._pipe = write
         if self.done and self.error is None:
@@ -170,7 +216,7 @@ class Body:
     def _resume_producer(self) -> None:
         if self._paused:
             self._paused = False
-            self._resume()
+            self._producer.resume_reading()
 
     async def read(self) -> bytes:
         """The next piece; b"" at the end. Raises the error that ended the body early."""
@@ -184,7 +230,7 @@ class Body:
                 await self._waiter
             finally:
                 self._waiter = None
-        piece = self._pieces.popleft()
+        piece = self._pieces.popleft()  # type: ignore[union-attr]
         self._size -= len(piece)
         if self._size < LOW_WATER:
             self._resume_producer()
@@ -209,6 +255,8 @@ class Body:
 class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
+    session_header: bytes  # lower case; its first value in a request is `Head.watched`
+
     def handle(self, exchange: ClientExchange) -> None: ...
 
 
@@ -216,20 +264,19 @@ class ClientExchange:
     """One request on a client connection and the response to it, written in order."""
 
     __slots__ = ("conn", "head", "body", "started", "chunked_out", "close_after", "no_body", "finished",
-                 "on_client_gone", "on_writing_paused", "on_writing_resumed")
+                 "on_client_gone", "upstream")
 
     def __init__(self, conn: ClientConnection, head: Head) -> None:
         self.conn = conn
         self.head = head
-        self.body = Body(conn.pause_reading, conn.resume_reading)
+        self.body = Body(conn)
         self.started = False  # response head written
         self.chunked_out = False
         self.close_after = not head.keep_alive
         self.no_body = head.method == "HEAD"
         self.finished = False
         self.on_client_gone: Callable[[], None] | None = None
-        self.on_writing_paused: Callable[[], None] | None = None
-        self.on_writing_resumed: Callable[[], None] | None = None
+        self.upstream: Producer | None = None  # paused while the client cannot take more (pass-through)
 
     @property
     def peer(self) -> str:
@@ -345,6 +392,7 @@ class ClientConnection(_Wire):
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
+        self.special = REQUEST_SPECIAL | {handler.session_header}
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.peer = "-"
@@ -416,13 +464,13 @@ class ClientConnection(_Wire):
 
     def pause_writing(self) -> None:
         self._writing_paused = True
-        if self.queue and (pause := self.queue[0].on_writing_paused) is not None:
-            pause()
+        if self.queue and (upstream := self.queue[0].upstream) is not None:
+            upstream.pause_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        if self.queue and (resume := self.queue[0].on_writing_resumed) is not None:
-            resume()
+        if self.queue and (upstream := self.queue[0].upstream) is not None:
+            upstream.resume_reading()
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 
@@ -437,8 +485,10 @@ class ClientConnection(_Wire):
 
     def on_headers_complete(self) -> None:
         parser = self.parser
-        head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())
-        head.method = parser.get_method().decode("ascii", "replace")
+        head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive(), self.special,
+                    self.handler.session_header)
+        method = parser.get_method()
+        head.method = _METHODS.get(method) or method.decode("ascii", "replace")
         head.target = self._url
         head.upgrade = parser.should_upgrade()
         self._trailers = []
@@ -573,10 +623,10 @@ class UpstreamConnection(_Wire):
         self.tunnel: ClientConnection | None = None
         self.upgraded = False  # a 101 came: the connection is a tunnel now, never pooled
         self.tunnel_pending = bytearray()
-        self.client: ClientConnection | None = None  # whose writes are corked while a response is parsed
+        # the client a pass-through relays to: its writes are corked while a response is parsed, and its
+        # reading pauses while this connection cannot take more
+        self.client: ClientConnection | None = None
         self._out: list[bytes] | None = None
-        self.on_pause: Callable[[], None] | None = None
-        self.on_resume: Callable[[], None] | None = None
         self._drain: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._headers: Headers = []
@@ -676,13 +726,13 @@ class UpstreamConnection(_Wire):
 
     def pause_writing(self) -> None:
         self._writing_paused = True
-        if self.on_pause is not None:
-            self.on_pause()
+        if self.client is not None:
+            self.client.pause_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        if self.on_resume is not None:
-            self.on_resume()
+        if self.client is not None:
+            self.client.resume_reading()
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 
@@ -739,7 +789,6 @@ class UpstreamConnection(_Wire):
     def _complete(self, trailers: Headers) -> None:
         sink, self.sink = self.sink, None
         self.in_body = False
-        self.on_pause = self.on_resume = None
         self.client = None
         keep = self._keep_alive and not self.close_delimited and not self.closed
         if sink is not None:
@@ -754,7 +803,6 @@ class UpstreamConnection(_Wire):
 
     def _fail(self, error: BaseException) -> None:
         sink, self.sink = self.sink, None
-        self.on_pause = self.on_resume = None
         self.client = None
         if sink is not None:
             sink.upstream_failed(error)
@@ -764,7 +812,6 @@ class UpstreamConnection(_Wire):
         if self.sink is not sink:
             return
         self.sink = None
-        self.on_pause = self.on_resume = None
         self.client = None
         if not self.closed:
             self.uncork()

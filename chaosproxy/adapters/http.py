@@ -26,8 +26,8 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError, UpstreamPool,
-    chunk, last_chunk,
+    IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError,
+    UpstreamPool, chunk, last_chunk, serialize_head,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
@@ -46,6 +46,10 @@ RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look in
 # *next* request on the connection: one agent's trailer would reach another agent's request.
 RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
+CONTENT_LENGTH = frozenset({b"content-length"})  # re-framed by the proxy
+HOST_AND_LENGTH = frozenset({b"host", b"content-length"})
+UPGRADE = frozenset({b"upgrade"})
+UPGRADE_AND_CONNECTION = frozenset({b"upgrade", b"connection"})
 
 
 class HeaderView(Mapping[str, str]):
@@ -108,8 +112,12 @@ class Call(Exchange):
 
     __slots__ = ("msg", "logged", "upstream_headers")
 
-    def __init__(self, msg: Message) -> None:
-        super().__init__()
+    def __init__(self, msg: Message) -> None:  # Exchange's fields set here too: one call less per request
+        self.started = time.perf_counter()
+        self.status = None
+        self.bytes_out = 0
+        self.outcome = "ok"
+        self.faults = []
         self.msg = msg
         self.logged = False
         self.upstream_headers: Headers = []  # added to the request sent upstream (e.g. traceparent)
@@ -155,14 +163,15 @@ class Route:
         """The body relay for a request path (JSON-RPC today; model APIs get their own by path)."""
         return self.relay
 
-    def request_head(self, method: str, target: bytes, head: Head, call: Call, *, upgrade: bool = False) -> Headers:
+    def request_head(self, head: Head, call: Call, *, upgrade: bool = False) -> Headers:
         """The headers sent upstream: the agent's end-to-end ones, Host naming the upstream."""
-        keep = frozenset({b"upgrade"}) if upgrade else frozenset()
-        headers = [(b"Host", self.host_header), *head.end_to_end(keep=keep, drop=frozenset({b"host", b"content-length"}))]
         if upgrade:
-            headers.append((b"Connection", b"Upgrade"))
+            headers = [(b"Host", self.host_header), *head.end_to_end(keep=UPGRADE, drop=HOST_AND_LENGTH),
+                       (b"Connection", b"Upgrade")]
+        else:
+            headers = [(b"Host", self.host_header), *head.forward]
         if call.upstream_headers:  # in place of the agent's (its traceparent: the proxy's span is the parent now)
-            return [*without(headers, *(name.lower() for name, _ in call.upstream_headers)), *call.upstream_headers]
+            headers = [*without(headers, *(name.lower() for name, _ in call.upstream_headers)), *call.upstream_headers]
         return headers
 
 
@@ -191,6 +200,8 @@ class HttpProxy:
                              key=lambda route: len(route.prefix), reverse=True)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.deadlines = Deadlines(upstream_timeout)
+        self.session_header = b"mcp-session-id"  # Head.watched: the agent's session when it names one
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -208,6 +219,7 @@ class HttpProxy:
             await asyncio.wait(self._tasks, timeout=1)
         for route in self.routes:
             route.pool.close()
+        self.deadlines.close()
 
     def _route(self, raw_target: str) -> tuple[Route | None, str | None]:
         for route in self.routes:
@@ -220,7 +232,7 @@ class HttpProxy:
         head = exchange.head
         raw_target = head.target.decode("latin-1")
         path, _, query = raw_target.partition("?")
-        session = header(head.headers, b"mcp-session-id")
+        session = head.watched  # Mcp-Session-Id
         if session is not None:
             session_id = session.decode("latin-1")
         elif "ession" in query:  # legacy HTTP+SSE names the session in the query; parse it only then
@@ -234,7 +246,7 @@ class HttpProxy:
                       route=route.name if route else None)
         call = Call(msg)
         try:
-            if head.method == "CONNECT" or not path.startswith("/"):
+            if not path.startswith("/") or head.method == "CONNECT":
                 call.outcome = "not_a_forward_proxy"
                 exchange.close_after = True
                 self._respond(exchange, call, _not_a_forward_proxy(head.method))
@@ -245,7 +257,8 @@ class HttpProxy:
                                                "routes": [r.prefix or "/" for r in self.routes]}})
                 self._respond(exchange, call, Respond(404, body, {"Content-Type": "application/json"}))
                 return
-            upstream_target = route.base_path + target.encode("latin-1")
+            # the target as the agent sent it (bytes) when no prefix comes off
+            upstream_target = route.base_path + (target.encode("latin-1") if route.prefix else head.target)
             if not self.engine.could_act(msg) and not head.upgrade:
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.traced import TracedPassthrough
@@ -304,6 +317,59 @@ class HttpProxy:
             self._respond(exchange, call, _upstream_error(route.upstream, error, timed_out))
 
 
+class Deadlines:
+    """Pass-throughs waiting for their response head, oldest first, under one timer (not one per request).
+
+    Every wait is --upstream-timeout long, so the order of arrival is the order of the deadlines: the
+    timer is set for the oldest, and when it fires, expires what is due and is set for the next.
+    """
+
+    __slots__ = ("timeout", "waiting", "_timer", "_loop")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.waiting: dict[Passthrough, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wait(self, passthrough: Passthrough) -> None:
+        """Start `passthrough`'s wait, unless it waits already (a retry keeps the first try's deadline)."""
+        waiting = self.waiting
+        if passthrough not in waiting:
+            loop = self._loop or self._bind()
+            waiting[passthrough] = deadline = loop.time() + self.timeout
+            if self._timer is None:
+                self._timer = loop.call_at(deadline, self._expire)
+
+    def done(self, passthrough: Passthrough) -> None:
+        self.waiting.pop(passthrough, None)
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def _expire(self) -> None:
+        self._timer = None
+        assert self._loop is not None
+        now, waiting = self._loop.time(), self.waiting
+        while waiting:
+            passthrough, deadline = next(iter(waiting.items()))
+            if deadline > now:
+                self._timer = self._loop.call_at(deadline, self._expire)
+                return
+            del waiting[passthrough]
+            try:
+                passthrough.timed_out()
+            except Exception:  # one call's failure must not stop the others' deadlines
+                ops.exception("upstream timeout of %s %s", passthrough.call.msg.http_method, passthrough.call.msg.path)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.waiting.clear()
+
+
 class Passthrough:
     """A request no rule can act on: its head re-serialised, body and response relayed as they arrive.
 
@@ -311,7 +377,7 @@ class Passthrough:
     """
 
     __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
-                 "length", "timer", "body")
+                 "length", "body")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
         self.proxy = proxy
@@ -325,7 +391,6 @@ class Passthrough:
         self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
-        self.timer: asyncio.TimerHandle | None = None  # --upstream-timeout, until the response head
         self.body: bytes | None = None  # the whole body when it was read before the head went (a traced call's)
 
     def start(self) -> None:
@@ -353,32 +418,30 @@ class Passthrough:
         self._send(conn)
 
     def _send(self, conn: UpstreamConnection) -> None:
-        exchange, head = self.exchange, self.exchange.head
+        exchange = self.exchange
+        head = exchange.head
         self.conn = conn
         conn.begin(self, head_request=head.method == "HEAD")
         client = exchange.conn
-        conn.client = client
+        conn.client = client  # each pauses the other's reading while it cannot take more
+        exchange.upstream = conn
         client.cork_upstream(conn)
-        conn.on_pause, conn.on_resume = client.pause_reading, client.resume_reading
-        exchange.on_writing_paused, exchange.on_writing_resumed = conn.pause_reading, conn.resume_reading
         if client._writing_paused:
             conn.pause_reading()
-        if conn.reused and head.method in IDEMPOTENT and not self.retried:
+        if conn.reused and not self.retried and head.method in IDEMPOTENT:
             self.replay = []
-        data = first_line(head.method, self.target) + b"".join(
-            name + b": " + value + b"\r\n" for name, value in self.route.request_head(head.method, self.target, head,
-                                                                                     self.call)
-        ) + (body_framing(head.length, head.chunked) if self.body is None else body_framing(len(self.body), False))
-        self._write(data + b"\r\n" + (self.body or b""))
-        if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.proxy.upstream_timeout, self._timed_out)
-        if head.has_body and self.body is None:
+        body = self.body
+        framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
+        data = serialize_head(first_line(head.method, self.target), self.route.request_head(head, self.call), framing)
+        self._write(data if body is None else data + body)
+        self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
+        if head.has_body and body is None:
             exchange.body.pipe(self._write_body, self._end_body)
         else:
             conn.request_sent = True
 
-    def _timed_out(self) -> None:
-        self.timer = None
+    def timed_out(self) -> None:
+        """No response head within --upstream-timeout (called by `Deadlines`)."""
         if self.conn is not None:
             self.conn.discard(self)
         self.exchange.body.unpipe()
@@ -386,9 +449,7 @@ class Passthrough:
             f"no response head within {self.proxy.upstream_timeout:g} s"))
 
     def _stop_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.proxy.deadlines.done(self)
 
     def _write(self, data: bytes) -> None:
         if self.replay is not None:
@@ -423,7 +484,7 @@ class Passthrough:
         self.replay = None
         self._stop_timer()
         self.call.status = head.status
-        headers = head.end_to_end(drop=frozenset({b"content-length"}))
+        headers = head.forward
         if self.exchange.head.method == "GET" and head.status == 200 and \
                 b"text/event-stream" in (header(headers, b"content-type") or b""):
             self._relay_events(headers)  # a legacy endpoint event may need pointing back through the proxy
@@ -450,7 +511,7 @@ class Passthrough:
 
     def _relay_events(self, headers: Headers) -> None:
         assert self.conn is not None
-        self.events = Body(self.conn.pause_reading, self.conn.resume_reading)
+        self.events = Body(self.conn)
         self.exchange.start(200, b"OK", headers, None)
         task = asyncio.get_running_loop().create_task(self._pump_events())
         self.proxy._tasks.add(task)
@@ -524,7 +585,7 @@ class ResponseReader:
         self.exchange = exchange
         self.conn = conn
         self.head: asyncio.Future[Head] = asyncio.get_running_loop().create_future()
-        self.body = Body(conn.pause_reading, conn.resume_reading)
+        self.body = Body(conn)
 
     def informational(self, status: int, reason: bytes, headers: Headers) -> None:
         self.exchange.informational(status, reason, headers)
@@ -598,7 +659,7 @@ class Inspection:
             start_span(engine, exchange, call, self.route, self.target)
             if body is not None and msg.body is not body:
                 body = msg.body
-        headers = self.route.request_head(head.method, self.target, head, call, upgrade=head.upgrade)
+        headers = self.route.request_head(head, call, upgrade=head.upgrade)
         if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
             headers = without(headers, b"expect")
         if engine.active(Phase.REQUEST):
@@ -628,6 +689,7 @@ class Inspection:
         if llm is not None:
             original = msg.body
             llm.faults = call.faults
+            await llm.prepare()
             llm.rewrite_request()
             if msg.body is not original:
                 body = msg.body
@@ -698,12 +760,12 @@ class Inspection:
     async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None) -> None:
         engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
         call.status = response.status
-        headers = response.end_to_end(drop=frozenset({b"content-length"}))
+        headers = response.end_to_end(drop=CONTENT_LENGTH)
         length = response.length
         content_type = (header(headers, b"content-type") or b"").decode("latin-1")
         is_stream = "text/event-stream" in content_type
         if response.upgrade:  # 101: from here on a tunnel both ways
-            exchange.start(101, response.reason, response.end_to_end(keep=frozenset({b"upgrade", b"connection"})),
+            exchange.start(101, response.reason, response.end_to_end(keep=UPGRADE_AND_CONNECTION),
                            None, no_body=True)
             assert self.conn is not None
             self.conn.start_tunnel(exchange.conn)
@@ -857,19 +919,29 @@ def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Rout
 
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
-    fields: dict[str, Any] = {}
+    log = engine.log
+    line = log.call_line()
+    line["transport"] = transport
+    line["session"] = msg.session
+    line["route"] = msg.route
+    line["http_method"] = msg.http_method
+    line["path"] = msg.path
+    line["status"] = exchange.status
+    line["outcome"] = exchange.outcome
+    line["bytes_out"] = exchange.bytes_out
+    line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1000, 3)
+    line["faults"] = exchange.faults
     rpc = msg.rpc if msg.body is not None else None
     if rpc is not None:
-        fields = {"method": msg.method, "tool": msg.tool, "rpc_id": rpc.get("id")}
+        line["method"] = msg.method
+        line["tool"] = msg.tool
+        line["rpc_id"] = rpc.get("id")
     elif msg.api is not None or (msg.http_method == "POST" and msg.path and api_for_path(msg.path)):
         # a model-API call (named even when no rule acted and the body was never parsed)
-        fields = {"api": msg.api or api_for_path(msg.path or ""), "model": msg.model, "turn": msg.turn}
-    engine.log.call(
-        transport=transport, session=msg.session, route=msg.route, http_method=msg.http_method, path=msg.path,
-        status=exchange.status, outcome=exchange.outcome, bytes_out=exchange.bytes_out,
-        duration_ms=round((time.perf_counter() - exchange.started) * 1000, 3),
-        faults=exchange.faults, **fields,
-    )
+        line["api"] = msg.api or api_for_path(msg.path or "")
+        line["model"] = msg.model
+        line["turn"] = msg.turn
+    log.write_call(line)
     if msg.trace is not None:
         msg.trace.end(exchange.outcome, status=exchange.status)
 

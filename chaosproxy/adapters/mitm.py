@@ -248,7 +248,7 @@ class ChaosAddon:
             if (editor := state.llm.stream_editor(headers)) is not None:
                 stages.append(_LlmEvents(editor))
         elif is_stream and per_message:
-            stages.append(_SseMessages(self.relay, state.msg))
+            stages.append(_SseMessages(self.relay, state.msg, state.faults))
         response.stream = self._shaper(flow, state, stages, shaping, length)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -336,6 +336,7 @@ class ChaosAddon:
                 _mirror_rpc_headers(flow.request.headers, msg)
         if llm is not None:
             original, llm.faults = msg.body, state.faults
+            await llm.prepare()
             llm.rewrite_request()
             if msg.body is not original:
                 _set_body(flow.request, msg.body or b"")
@@ -348,7 +349,7 @@ class ChaosAddon:
         """A whole reply through the relay that understands it: model API, or JSON-RPC."""
         if state.llm is not None:
             return state.llm.relay_body(body, state.status, headers)
-        return self.relay.relay_body(body, state.msg, headers)  # type: ignore[arg-type]
+        return self.relay.relay_body(body, state.msg, headers, faults=state.faults)  # type: ignore[arg-type]
 
     def _respond(self, flow: http.HTTPFlow, respond: Respond, state: _Flow) -> None:
         flow.request.stream = False  # mitmproxy answers only once the request body is in
@@ -555,11 +556,13 @@ class _LlmEvents(_Stage):
 
 
 class _SseMessages(_Stage):
-    """SSE events, each one's JSON-RPC message decided on as it completes."""
+    """SSE events, each one's JSON-RPC message decided on as it completes; the rules that fire go on
+    the call line's `faults` (on a legacy GET stream, the replies' faults are their POSTs')."""
 
-    def __init__(self, relay: JsonRpcRelay, request: Message) -> None:
+    def __init__(self, relay: JsonRpcRelay, request: Message, faults: list[str]) -> None:
         self.relay, self.request = relay, request
         self.session = request.session
+        self.faults: list[str] | None = faults
         self.splitter = streams.SseSplitter()
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
@@ -572,8 +575,9 @@ class _SseMessages(_Stage):
         if streams.sse_field(event, b"event") == b"endpoint":  # legacy HTTP+SSE: the stream's session
             target = URL((streams.sse_data(event) or b"").decode("utf-8", "replace").strip())
             self.session = target.query.get("sessionId") or target.query.get("session_id") or self.session
+            self.faults = None
             return event
-        return self.relay.relay_frame(event, self.request, self.session)
+        return self.relay.relay_frame(event, self.request, self.session, self.faults)
 
 
 class _Slices(_Stage):

@@ -42,6 +42,9 @@ class PromptFault(LlmFault):
     def reword(self, text: str, rng: random.Random) -> str:
         raise NotImplementedError
 
+    async def prepare(self, text: str) -> None:
+        """Before the request is decided: fetch what `reword` will need from elsewhere (a model's answer)."""
+
     def act(self, ctx: FaultContext) -> Rewrite | None:
         text = prompt_text(ctx.message)
         if text is None:

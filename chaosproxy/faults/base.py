@@ -108,6 +108,8 @@ def register[F: type[Fault]](cls: F) -> F:
     name = cls.model_fields["type"].default
     if not isinstance(name, str) or name in REGISTRY:
         raise ValueError(f"fault {cls.__name__}: missing or duplicate type {name!r}")
+    if cls.__module__ != f"chaosproxy.faults.{name}":  # the registry imports a type's module by its name
+        raise ValueError(f"fault {cls.__name__}: type {name!r} must be defined in chaosproxy/faults/{name}.py")
     REGISTRY[name] = cls
     return cls
 

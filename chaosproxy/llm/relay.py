@@ -26,7 +26,7 @@ from chaosproxy.actions import Garble
 from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Level
-from chaosproxy.faults._llm import LlmFault
+from chaosproxy.faults._llm import LlmFault, PromptFault
 from chaosproxy.log import ops
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
     openai_responses, stream, view
@@ -192,6 +192,21 @@ class LlmExchange:
         return fired
 
     # --- the request -----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """What a rule needs from elsewhere before the request is decided (a model's paraphrase of the
+        prompt), awaited here so that the other exchanges go on meanwhile."""
+        if not (self.interest.prompt and self.request.prompts):
+            return
+        text = self.request.prompts[-1].text
+        if text in self.memory.prompts:
+            return  # decided when it was the newest turn: resent history is treated alike
+        try:
+            for fault in self.engine.candidates(view.prompt(self.msg, text)):
+                if isinstance(fault, PromptFault):
+                    await fault.prepare(text)
+        except Exception as exc:  # fail open: the rules decide without it
+            self.relay.failed(self.msg, "preparing the request", exc)
 
     def rewrite_request(self) -> None:
         """Faults on the tools array, the tool results and the prompt; msg.body follows the changes."""

@@ -70,7 +70,8 @@ def incidents(sessions: Iterable[Session]) -> list[Incident]:
 
 
 def _tool_marked(session: Session) -> Iterator[tuple[Call, bool]]:
-    tool_calls = {id(call) for call in session.tool_calls}
+    """Each call, and whether it is a step of the agent's (a tool call, or a turn to its model API)."""
+    tool_calls = {id(call) for call in session.tool_calls + session.model_calls}
     return ((call, id(call) in tool_calls) for call in session.calls)
 
 
@@ -105,6 +106,8 @@ class Recovery:
 class Behaviour:
     sessions: int
     tool_calls: int
+    model_calls: int
+    disrupted_model_calls: int
     disrupted_calls: int
     incomplete_calls: int
     made_up_tool_calls: int
@@ -118,6 +121,7 @@ class Behaviour:
 def behaviour(sessions: Iterable[Session]) -> Behaviour:
     sessions = list(sessions)
     calls = [call for session in sessions for call in session.tool_calls]
+    model_calls = [call for session in sessions for call in session.model_calls]
     faults = [fault for session in sessions for fault in session.faults]
     by_agent: dict[str, list[Session]] = {}
     for session in sessions:  # one run is one agent (a drill's run), whatever sessions it opened
@@ -128,6 +132,7 @@ def behaviour(sessions: Iterable[Session]) -> Behaviour:
         by_component.setdefault(incident.component, []).append(incident)
     return Behaviour(
         sessions=len(sessions), tool_calls=len(calls),
+        model_calls=len(model_calls), disrupted_model_calls=sum(1 for call in model_calls if call.disrupted),
         disrupted_calls=sum(1 for call in calls if call.disrupted),
         incomplete_calls=sum(1 for call in calls if call.incomplete),
         made_up_tool_calls=sum(1 for call in calls if calls_a_made_up_tool(call)),

@@ -83,13 +83,15 @@ class Call:
     status: int | None
     outcome: str
     rules: list[str]
+    api: str | None = None  # a model-API call (LLM-gateway mode): which API, and the model asked for
+    model: str | None = None
     faults: list[Fault] = field(default_factory=list)
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Call:
         return cls(_time(event), float(event.get("duration_ms") or 0), event.get("method"), event.get("tool"),
                    event.get("rpc_id"), event.get("http_method"), event.get("path"), event.get("status"),
-                   event.get("outcome", "ok"), list(event.get("faults") or []))
+                   event.get("outcome", "ok"), list(event.get("faults") or []), event.get("api"), event.get("model"))
 
     @property
     def start(self) -> float:
@@ -98,7 +100,9 @@ class Call:
     @property
     def label(self) -> str:
         """What the agent called: the tool by the name it asked for (a fault may have sent on another),
-        else the JSON-RPC method, else the HTTP method and path."""
+        else the model API and model, else the JSON-RPC method, else the HTTP method and path."""
+        if self.api is not None:
+            return f"{self.api} {self.model}" if self.model else self.api
         if self.method == "tools/call":
             asked = (fault.tool for fault in self.faults if fault.phase == "request" and fault.tool)
             if name := next(asked, None) or self.tool:
@@ -144,7 +148,12 @@ class Session:
         """
         if any(call.method is not None for call in self.calls):
             return [call for call in self.calls if call.method == "tools/call"]
-        return self.calls
+        return [call for call in self.calls if call.api is None]
+
+    @property
+    def model_calls(self) -> list[Call]:
+        """Calls of the agent's model API (LLM-gateway mode): each turn of its tool loop."""
+        return [call for call in self.calls if call.api is not None]
 
     @property
     def faults(self) -> list[Fault]:

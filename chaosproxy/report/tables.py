@@ -49,8 +49,8 @@ def profile_notes(profile: Profile) -> str:
 
 def _recovery_rows(recovery: Recovery) -> list[list[str]]:
     n = recovery.incidents
-    return [["incidents (a tool call disrupted by a fault)", str(n)],
-            ["retried (the same tool called again)", share(recovery.retried, n)],
+    return [["incidents (a tool or model-API call disrupted by a fault)", str(n)],
+            ["retried (the same tool or model called again)", share(recovery.retried, n)],
             ["recovered (a later call of it got through)", share(recovery.recovered, n)],
             ["gave up (never got it through)", share(recovery.gave_up, n)],
             ["time to recovery, median (max)",
@@ -61,6 +61,8 @@ def behaviour_table(b: Behaviour) -> Table:
     return ["agent behaviour", ""], [
         ["sessions", str(b.sessions)], ["tool calls", str(b.tool_calls)],
         ["disrupted calls", share(b.disrupted_calls, b.tool_calls)],
+        *([["model-API calls (LLM-gateway mode)", str(b.model_calls)],
+           ["disrupted model-API calls", share(b.disrupted_model_calls, b.model_calls)]] if b.model_calls else []),
         *_recovery_rows(b.recovery),
         ["calls to a tool that does not exist", str(b.made_up_tool_calls)],
         ["calls that never completed", str(b.incomplete_calls)],

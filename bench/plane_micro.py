@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The data plane's own Python cost per request, without sockets: a quick before/after for a change.
+
+    .venv/bin/python bench/plane_micro.py [--requests 20000] [--rounds 7] [--scenario FILE] [--profile]
+
+Drives `HttpProxy`'s client and upstream Protocols with in-memory transports on uvloop: each round
+feeds the benchmark's POST (bench/wrk_post.lua's body) into a client connection, and the demo tool
+server's reply into the pooled upstream connection the proxy wrote it to. What it prints is the
+CPU per request of the proxy's Python code, best of --rounds (steady on a busy machine), without
+the system calls and the event loop (bench/run.py and `cpu_profile.py --compare` measure those). --profile prints the
+top functions under cProfile (slower, relative figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from chaosproxy.adapters.h1 import ClientConnection, UpstreamConnection
+from chaosproxy.adapters.http import HttpProxy
+from chaosproxy.engine import Engine
+from chaosproxy.log import PerturbationLog
+from chaosproxy.runtime import settle_heap
+from chaosproxy.scenario import Scenario, load_scenario
+
+BODY = (b'{"jsonrpc":"2.0","id":"req-000001","tool":"search_docs","arguments":{"query":"fault injection proxy '
+        b'benchmark","limit":10,"filters":["docs","code"],"trace":"0123456789abcdef0123456789abcdef"}}')
+REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
+RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Date: Mon, 30 Nov 2026 14:00:00 GMT\r\nServer: Python/3.12 aiohttp/3.11\r\n\r\n%b" % (len(BODY), BODY))
+
+
+class MemoryTransport(asyncio.Transport):
+    """Keeps what is written (the last write only: the benchmark needs to know that something was)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+        self.closing = False
+
+    def write(self, data: Any) -> None:
+        self.written += 1
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return True
+
+
+async def main(args: argparse.Namespace) -> None:
+    scenario = load_scenario(args.scenario) if args.scenario else Scenario()
+    with open("/dev/null", "wb") as sink:
+        log = PerturbationLog(sink, run_id="micro", seed=1, batch_s=0.2)
+        engine = Engine(scenario, seed=1, log=log)
+        proxy = HttpProxy(engine, "http://127.0.0.1:9")
+        pool = proxy.routes[0].pool
+        upstream = UpstreamConnection(pool)
+        upstream.connection_made(MemoryTransport())
+        pool.release(upstream)
+        client = ClientConnection(proxy)
+        client.connection_made(MemoryTransport())
+        settle_heap()
+
+        def one() -> None:
+            client.data_received(REQUEST)
+            conn = pool.idle[-1] if pool.idle else upstream
+            upstream.data_received(RESPONSE)
+            assert conn is upstream
+
+        for _ in range(1000):
+            one()
+        profiler = cProfile.Profile() if args.profile else None
+        if profiler is not None:
+            profiler.enable()
+        cpu = float("inf")
+        for _ in range(1 if profiler else args.rounds):
+            t0 = time.process_time()
+            for _ in range(args.requests):
+                one()
+            cpu = min(cpu, time.process_time() - t0)
+        if profiler is not None:
+            profiler.disable()
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+            print(out.getvalue())
+        log.flush()
+        print(f"{cpu / args.requests * 1e6:.2f} µs CPU per request (best of {args.rounds} x {args.requests})"
+              f"{' under cProfile' if profiler else ''}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--scenario", type=Path)
+    ap.add_argument("--profile", action="store_true")
+    uvloop.run(main(ap.parse_args()))
+    sys.exit(0)
