@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """What OpenTelemetry export costs the proxy: MCP tools/call round trips with tracing off and on.
 
-    flock /tmp/chaosproxy-bench.lock .venv/bin/python bench/otel_overhead.py [--rounds 3] [--seconds 3]
+    flock /tmp/chaosproxy-bench.lock .venv/bin/python bench/otel_overhead.py [--rounds 6] [--seconds 3]
         [--before COMMIT]
 
 Targets, side by side in each round: `before` (chaosproxy as of COMMIT, before OpenTelemetry existed,
 taken with `git archive`; skipped without --before), `off` (this chaosproxy, no OTEL_* variable: the
-SDK is never imported), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set: a span per call, batch span processor,
-OTLP/HTTP protobuf to a local sink that decodes and counts what it gets), `on-10%` (the same with
-OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1: one call in ten recorded). The upstream is the bundled
-MCP server in stateless JSON mode. Reported: the proxy's CPU per request at c=16 (all its threads, so
-the exporter's encoding counts), the p50 at c=1, spans the sink received, and the span's own cost
-measured in a process of its own (less disturbed by a loaded machine).
+exporter is never imported), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set: a span per call, batched and sent
+as OTLP/HTTP protobuf by the exporter's thread to a local sink that decodes and counts what it gets),
+`on-10%` (the same with OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1: one call in ten
+recorded). The upstream is the bundled MCP server in stateless JSON mode. Reported: the proxy's CPU per
+request at c=16 (all its threads, so the exporter's encoding counts), the p50 at c=1, spans the sink
+received, and the span's own cost measured in a process of its own (less disturbed by a loaded machine).
+On a shared machine a target's CPU per request drifts by ±20 µs from one run to the next, so each
+round measures every target once, in an order rotated from round to round, and "CPU vs off" is the
+median over rounds of the difference to `off` in the same round.
 Target (issue 12): `on` adds at most 30 µs of CPU per call; `off` costs what `before` costs.
 """
 
@@ -63,29 +66,32 @@ def sink(port: int) -> None:
 
 def in_process(sink_port: int, sampler_ratio: str | None, calls: int = 2000, repeats: int = 8) -> float:
     """CPU µs per call of the span alone, in a child process: start and end a tools/call's span and
-    export it (batch span processor, flushed), best of `repeats`; the loaded machine shows less here."""
+    export it (queued, encoded and posted by the exporter's thread, all of it flushed), best of
+    `repeats`; the loaded machine shows less here."""
     code = f"""
 import os, time
 os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:{sink_port}"
+os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = "{calls}"
 if {sampler_ratio!r} is not None:
     os.environ.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG={sampler_ratio!r})
 from chaosproxy.otel import OtlpTracing
 from chaosproxy.message import Message, Phase
-tracing = OtlpTracing(run_id="bench", seed=1)
 body = {CALL.encode()!r}
 headers = {{"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}}
-def call():
+def call(tracing):
     msg = Message("http", Phase.REQUEST, session="s", http_method="POST", path="/mcp", headers=headers)
     msg.body = body
     tracing.start(msg, network="tcp", url="http://127.0.0.1:9000/mcp", session_id="abc")
-    msg.trace.end("ok", status=200)
+    if msg.trace is not None:
+        msg.trace.end("ok", status=200)
 best = float("inf")
 for _ in range({repeats}):
-    tracing.provider.force_flush()
+    tracing = OtlpTracing(run_id="bench", seed=1)
     started = time.process_time()
     for _ in range({calls}):
-        call()
-    tracing.provider.force_flush()
+        call(tracing)
+    tracing.shutdown()
+    assert tracing.exporter.dropped == tracing.exporter.failed == 0
     best = min(best, (time.process_time() - started) / {calls} * 1e6)
 print(best)
 """
@@ -110,7 +116,7 @@ def source_of(commit: str, into: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--before", metavar="COMMIT", help="also measure chaosproxy as of this commit")
     parser.add_argument("--out", type=Path, default=Path(f"/tmp/chaosproxy-bench-otel-{time.strftime('%Y%m%d-%H%M%S')}"))
@@ -148,33 +154,36 @@ def main() -> int:
         c1: dict[str, list[dict]] = {t: [] for t in targets}
         c16: dict[str, list[dict]] = {t: [] for t in targets}
         for r in range(args.rounds):
-            for target in targets:
+            for target in targets[r % len(targets):] + targets[:r % len(targets)]:
                 log(f"round {r + 1}: {target}")
                 c1[target].append(bench.wrk(target, "c1", 1, 1, args.seconds, "wrk_mcp.lua", "/mcp"))
                 c16[target].append(bench.wrk(target, "c16", 2, 16, args.seconds, "wrk_mcp.lua", "/mcp"))
-        time.sleep(6)  # the batch processor exports every 5 s
+        time.sleep(6)  # the exporter sends a batch every 5 s
         requests_on = sum(run["requests"] for target in ("on", "on-10%") for run in c1[target] + c16[target])
         spans = spans_received(sport)
         isolated = {"on": in_process(sport, None), "on-10%": in_process(sport, "0.1")}
     finally:
         procs.stop_all()
 
+    def cpu_us(run: dict) -> float:
+        return run["proxy_cpu_s"] / max(run["requests"], 1) * 1e6
+
     rows = {}
     for target in targets:
         rows[target] = {
             "c1_p50_ms": statistics.median(run["lat_p50_us"] for run in c1[target]) / 1000,
-            "cpu_us_c16": statistics.median(run["proxy_cpu_s"] / max(run["requests"], 1) for run in c16[target]) * 1e6,
+            "cpu_us_c16": statistics.median(cpu_us(run) for run in c16[target]),
+            "cpu_vs_off": statistics.median(cpu_us(run) - cpu_us(off) for run, off in zip(c16[target], c16["off"])),
             "c16_rps": statistics.median(run["requests"] / (run["duration_us"] / 1e6) for run in c16[target]),
             "errors": sum(run["errors"] for run in c1[target] + c16[target]),
         }
-    off = rows["off"]
     lines = ["| target | c1 p50 ms | CPU µs/req c16 | CPU vs off | c16 req/s | errors |", "|---|---|---|---|---|---|"]
     for target, row in rows.items():
         lines.append(f"| {target} | {row['c1_p50_ms']:.3f} | {row['cpu_us_c16']:.0f} | "
-                     f"{row['cpu_us_c16'] - off['cpu_us_c16']:+.1f} | {row['c16_rps']:.0f} | {row['errors']} |")
-    lines.append(f"\nthe span alone, in a process of its own (record + batch export, best of 8): "
+                     f"{row['cpu_vs_off']:+.1f} | {row['c16_rps']:.0f} | {row['errors']} |")
+    lines.append(f"\nthe span alone, in a process of its own (record, encode, send; best of 8): "
                  f"{isolated['on']:.1f} µs per call; sampled 1 in 10: {isolated['on-10%']:.1f} µs")
-    added = rows["on"]["cpu_us_c16"] - off["cpu_us_c16"]
+    added = rows["on"]["cpu_vs_off"]
     lines.append(f"\nspans received by the sink: {spans} for {requests_on} calls through `on` and `on-10%`")
     table = "\n".join(lines)
     print(table)

@@ -170,8 +170,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="store_true", default=_env_flag("WATCH"),
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
     parser.add_argument("--otel", action="store_true", default=_env_flag("OTEL"),
-                        help="export a span per call over OTLP/HTTP (needs the [otel] extra); on by itself when "
-                             "OTEL_EXPORTER_OTLP_ENDPOINT is set, default endpoint http://localhost:4318")
+                        help="export a span per call over OTLP/HTTP (on by itself when "
+                             "OTEL_EXPORTER_OTLP_ENDPOINT is set; default endpoint http://localhost:4318)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +226,6 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
-    from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
 
     host, port = args.listen
@@ -251,7 +250,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
             except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
                 engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
                 raise
-    except (_control_config_error(), OtelUnavailable) as exc:
+    except _control_config_error() as exc:
         print(f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
@@ -324,7 +323,6 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
-    from chaosproxy.otel import OtelUnavailable
     from chaosproxy.runtime import open_engine, run_async
 
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
@@ -345,7 +343,7 @@ def _stdio(args: argparse.Namespace) -> int:
                              engine.seed, len(engine.scenario.rules))
                     return await StdioRelay(engine, server).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, _control_config_error(), OtelUnavailable) as exc:
+    except (ScenarioError, _control_config_error()) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:

@@ -1,10 +1,13 @@
 """Faults inside the agent's own traces: one OpenTelemetry span per proxied call, faults on it.
 
-Optional (`pip install 'chaosproxy[otel]'`). Nothing here imports OpenTelemetry until export is
-switched on, by `--otel` or by the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); every other `OTEL_*` variable (service name, resource
-attributes, headers, sampler, batch settings) is read by the SDK itself. Switched off, the proxy
-holds `NO_TRACING` and its adapters pay one attribute check (`tracing.on`) per call.
+Export is switched on by `--otel` or by the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); chaosproxy.otlp reads the other `OTEL_*` variables (service
+name, resource attributes, headers, batching) and exports; `Sampler` reads the sampler's. Switched
+off, the proxy holds `NO_TRACING` and its adapters pay one attribute check (`tracing.on`) per call.
+
+A span is plain data recorded on the event loop (ids from `random.getrandbits`, attributes in a
+dict), handed to the exporter's queue when the call ends: no OpenTelemetry SDK, whose spans cost
+several times the 30 µs a call's span may cost (bench/otel_overhead.py).
 
 Spans follow the OpenTelemetry MCP conventions (`tools/call search`, kind CLIENT, `mcp.method.name`,
 `gen_ai.tool.name`, ...) for JSON-RPC requests and the HTTP client conventions for other HTTP calls.
@@ -21,12 +24,15 @@ the fields of the fault's log line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from random import getrandbits
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -46,10 +52,33 @@ META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests ca
 FAILED_OUTCOMES = frozenset({"upstream_error", "hang", "reset", "truncated", "stream_cut", "stream_idle",
                              "no_route", "unanswered"})
 MAX_SESSIONS = 10_000  # protocol versions remembered from `initialize`, oldest forgotten first
+TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
+MAX_TRACESTATE = 512  # W3C: 32 members; a longer header is dropped, not forwarded
+KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
 
 
-class OtelUnavailable(RuntimeError):
-    """Export was asked for but the OpenTelemetry SDK is not installed."""
+class SpanData:
+    """One span as the loop records it, for chaosproxy.otlp to export: plain fields, ids in lowercase hex,
+    times in ns since the epoch."""
+
+    __slots__ = ("name", "kind", "trace_id", "span_id", "parent_id", "trace_state", "start_ns", "end_ns",
+                 "attributes", "events", "links", "error")
+
+    def __init__(self, name: str, kind: int, trace_id: str, span_id: str, parent_id: str, trace_state: str,
+                 start_ns: int, attributes: dict[str, Any]) -> None:
+        self.name = name
+        self.kind = kind
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_id = parent_id
+        self.trace_state = trace_state
+        self.start_ns = start_ns
+        self.end_ns = start_ns
+        self.attributes = attributes
+        self.events: list[tuple[int, str, dict[str, Any]]] = []
+        self.links: list[tuple[str, str, dict[str, Any]]] = []  # (trace id, span id, attributes)
+        self.error: str | None = None  # the status message when the span's status is ERROR
 
 
 class CallTrace:
@@ -110,79 +139,69 @@ def export_requested(flag: bool = False, environ: Mapping[str, str] = os.environ
 
 
 def from_environment(flag: bool, *, run_id: str, seed: int) -> Tracing:
-    """The tracer a run uses: OTLP export when asked for, else NO_TRACING.
-
-    Raises OtelUnavailable when `--otel` was given without the `[otel]` extra; an endpoint variable
-    alone (often set for the whole machine) only warns, and the proxy runs without tracing.
-    """
+    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.otlp not even imported)."""
     if not export_requested(flag):
         return NO_TRACING
+    return OtlpTracing(run_id=run_id, seed=seed)
+
+
+@contextlib.contextmanager
+def exporting(*, run_id: str, seed: int) -> Iterator[Tracing]:
+    """The tracer for a drill's runs (a root span each) when OTEL_* asks for export; flushed at the end."""
+    tracing = from_environment(False, run_id=run_id, seed=seed)
     try:
-        return OtlpTracing(run_id=run_id, seed=seed)
-    except ImportError as exc:
-        message = f"OpenTelemetry export needs the [otel] extra ({exc}): pip install 'chaosproxy[otel]'"
-        if flag:
-            raise OtelUnavailable(message) from None
-        ops.warning("%s; running without tracing", message)
-        return NO_TRACING
+        yield tracing
+    finally:
+        tracing.shutdown()
+
+
+def propagated(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables that switch export on and shape it (OTEL_*, TRACEPARENT, TRACESTATE), for a
+    process elsewhere (a Ray task) to export as this one would."""
+    return {name: value for name, value in environ.items()
+            if name.startswith("OTEL_") or name in ("TRACEPARENT", "TRACESTATE")}
 
 
 class OtlpTracing(Tracing):
-    """Spans exported over OTLP/HTTP with the SDK's batch span processor, on a provider of its own.
+    """Spans recorded as plain data on the loop and exported over OTLP/HTTP by chaosproxy.otlp's thread.
 
-    A provider of its own, not the global one: an agent that embeds the proxy keeps its tracing.
+    Tracing of its own, not the global OpenTelemetry provider: an agent that embeds the proxy keeps its tracing.
     """
 
     on = True
 
-    def __init__(self, *, run_id: str, seed: int) -> None:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    def __init__(self, *, run_id: str, seed: int, environ: Mapping[str, str] = os.environ) -> None:
+        from chaosproxy.otlp import Exporter, Settings  # imported only when export is on
 
-        protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        if protocol not in (None, "", "http/protobuf"):
-            ops.warning("OTLP protocol %r is not supported; exporting http/protobuf", protocol)
         # the run's id and seed on the resource: sent once per batch, not once per span
-        resource = Resource.create({SERVICE_VERSION: __version__, "chaosproxy.run_id": run_id, "chaosproxy.seed": seed})
-        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({SERVICE_NAME: "chaosproxy"}))
-        resource = _resource_hashed_once(Resource)(resource.attributes, resource.schema_url)
-        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)  # sampler: OTEL_TRACES_SAMPLER
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # both read OTEL_* themselves
-        self.tracer = self.provider.get_tracer("chaosproxy", __version__)
+        self.settings = Settings.from_environment(environ, {"service.version": __version__, "chaosproxy.run_id": run_id,
+                                                            "chaosproxy.seed": seed})
+        self.sampler = Sampler.from_environment(environ)
+        self.exporter = Exporter(self.settings, __version__)
         self.run_id = run_id
         self.seed = seed
-        self._trace = trace
-        self._propagator = TraceContextTextMapPropagator()
-        self._default_parent = self._context(os.environ.get("TRACEPARENT"), os.environ.get("TRACESTATE"))
+        self._default_parent = parse_traceparent(environ.get("TRACEPARENT"), environ.get("TRACESTATE"))
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
-        ops.info("exporting OpenTelemetry spans over OTLP/HTTP (service %s)", resource.attributes.get(SERVICE_NAME))
+        ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)", self.settings.endpoint,
+                 self.settings.resource["service.name"], self.sampler.description)
 
     def start(self, msg: Message, *, network: str, url: str | None = None,
               session_id: str | None = None) -> dict[str, str]:
-        trace = self._trace
         rpc = msg.rpc if msg.body else None
         method = rpc.get("method") if rpc is not None else None
         params = rpc.get("params") if rpc is not None else None
         meta = params.get("_meta") if isinstance(params, dict) else None
         meta = meta if isinstance(meta, dict) else {}
-        from_meta = self._context(meta.get("traceparent"), meta.get("tracestate"))
-        from_header = self._context(msg.headers.get("traceparent"), msg.headers.get("tracestate"))
+        from_meta = parse_traceparent(meta.get("traceparent"), meta.get("tracestate"))
+        header = msg.headers.get("traceparent")
+        from_header = parse_traceparent(header, msg.headers.get("tracestate")) if header is not None else None
         parent = from_meta or from_header or self._default_parent
-        links = None
-        if from_meta is not None and from_header is not None:
-            header_span = trace.get_current_span(from_header).get_span_context()
-            if header_span != trace.get_current_span(from_meta).get_span_context():
-                links = [trace.Link(header_span, {"chaosproxy.link": "http.traceparent"})]
+        trace_id = parent.trace_id if parent is not None else _new_id(128)
+        if not self.sampler.sampled(trace_id, parent):
+            return {}  # not recorded: the call goes on untouched, the agent's context (and decision) with it
         attributes: dict[str, Any] = {"network.transport": network}
         if url is not None:
-            server = urlsplit(url)
-            attributes["server.address"] = server.hostname
-            attributes["server.port"] = server.port or (443 if server.scheme == "https" else 80)
+            attributes["server.address"], attributes["server.port"] = _server(url)
         if isinstance(method, str):
             name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)
         elif msg.api is not None:
@@ -192,13 +211,14 @@ class OtlpTracing(Tracing):
             attributes["http.request.method"] = msg.http_method
             if url is not None:
                 attributes["url.full"] = url
-        span = self.tracer.start_span(name, context=parent, kind=trace.SpanKind.CLIENT, attributes=attributes,
-                                      links=links)
-        msg.trace = _Span(self, span)
-        context = span.get_span_context()
-        carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
-        if context.trace_state:
-            carrier["tracestate"] = context.trace_state.to_header()
+        span = SpanData(name, KIND["CLIENT"], trace_id, _new_id(64), parent.span_id if parent is not None else "",
+                        parent.trace_state if parent is not None else "", time.time_ns(), attributes)
+        if from_meta is not None and from_header is not None and from_header[:2] != from_meta[:2]:
+            span.links.append((from_header.trace_id, from_header.span_id, {"chaosproxy.link": "http.traceparent"}))
+        msg.trace = _Call(self, span)
+        carrier = {"traceparent": f"00-{trace_id}-{span.span_id}-01"}
+        if span.trace_state:
+            carrier["tracestate"] = span.trace_state
         if isinstance(method, str) and (params is None or isinstance(params, dict)):
             meta = {key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}
             msg.replace({**rpc, "params": {**(params or {}), "_meta": {**meta, **carrier}}})
@@ -233,104 +253,158 @@ class OtlpTracing(Tracing):
             attributes["mcp.protocol.version"] = version
         return f"{method} {target}" if target is not None else method
 
-    def _context(self, traceparent: Any, tracestate: Any) -> Any:
-        """The context a W3C traceparent names, or None when there is none (or it is malformed)."""
-        if not isinstance(traceparent, str):
-            return None
-        carrier = {"traceparent": traceparent}
-        if isinstance(tracestate, str):
-            carrier["tracestate"] = tracestate
-        context = self._propagator.extract(carrier)
-        return context if self._trace.get_current_span(context).get_span_context().is_valid else None
-
     def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:
-        span = self.tracer.start_span(name, context=self._default_parent, kind=self._trace.SpanKind.INTERNAL,
-                                      attributes={key: value for key, value in attributes.items() if value is not None})
-        return _RunSpan(self, span)
+        parent = self._default_parent
+        trace_id = parent.trace_id if parent is not None else _new_id(128)
+        span = SpanData(name, KIND["INTERNAL"], trace_id, _new_id(64), parent.span_id if parent is not None else "",
+                        parent.trace_state if parent is not None else "", time.time_ns(),
+                        {key: value for key, value in attributes.items() if value is not None})
+        return _RunSpan(self, span, sampled=self.sampler.sampled(trace_id, parent))
 
     def shutdown(self) -> None:
-        self.provider.shutdown()  # flushes the batch processor
+        self.exporter.shutdown()  # exports what is queued
 
 
-class _Span(CallTrace):
+class Parent(NamedTuple):
+    """A W3C trace context the agent (or a drill) gave: the parent of the proxy's span."""
+
+    trace_id: str
+    span_id: str
+    sampled: bool
+    trace_state: str
+
+
+def parse_traceparent(traceparent: Any, tracestate: Any) -> Parent | None:
+    """The context a W3C `traceparent` names, or None when there is none (or it is malformed)."""
+    if not isinstance(traceparent, str):
+        return None
+    match = TRACEPARENT.fullmatch(traceparent.strip())
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest) or trace_id == ZERO_TRACE or span_id == ZERO_SPAN:
+        return None
+    trace_state = tracestate.strip() if isinstance(tracestate, str) and len(tracestate) <= MAX_TRACESTATE else ""
+    return Parent(trace_id, span_id, int(flags, 16) & 1 == 1, trace_state)
+
+
+class Sampler:
+    """OTEL_TRACES_SAMPLER as the SDK reads it: always_on, always_off, traceidratio (OTEL_TRACES_SAMPLER_ARG,
+    by the trace id's low 64 bits, so every hop of a trace decides alike), and parentbased_* (the default,
+    parentbased_always_on: a call with a parent context follows its sampled flag)."""
+
+    def __init__(self, name: str = "parentbased_always_on", ratio: float = 1.0) -> None:
+        self.parent_based = name.startswith("parentbased_")
+        root = name.removeprefix("parentbased_")
+        self.ratio = 1.0 if root == "always_on" else 0.0 if root == "always_off" else ratio
+        self.bound = round(self.ratio * (1 << 64))
+        self.description = name if root != "traceidratio" else f"{name}({self.ratio:g})"
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Sampler:
+        name = (environ.get("OTEL_TRACES_SAMPLER") or "parentbased_always_on").strip().lower()
+        if name.removeprefix("parentbased_") not in ("always_on", "always_off", "traceidratio"):
+            ops.warning("OTEL_TRACES_SAMPLER=%r is not one of always_on, always_off, traceidratio, "
+                        "parentbased_{always_on,always_off,traceidratio}; using parentbased_always_on", name)
+            return cls()
+        argument = (environ.get("OTEL_TRACES_SAMPLER_ARG") or "").strip()
+        try:
+            ratio = float(argument) if argument else 1.0
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            ops.warning("OTEL_TRACES_SAMPLER_ARG=%r is not a ratio between 0 and 1; using 1.0", argument)
+            ratio = 1.0
+        return cls(name, ratio)
+
+    def sampled(self, trace_id: str, parent: Parent | None) -> bool:
+        if self.parent_based and parent is not None:
+            return parent.sampled
+        return int(trace_id[16:], 16) < self.bound
+
+
+class _Call(CallTrace):
     """One call's span, its fault child spans and events."""
 
     __slots__ = ("tracing", "span", "faults", "failure", "failed_by", "open_children")
 
-    def __init__(self, tracing: OtlpTracing, span: Any) -> None:
+    def __init__(self, tracing: OtlpTracing, span: SpanData) -> None:
         self.tracing = tracing
         self.span = span
         self.faults: list[Mapping[str, Any]] = []
         self.failure: str | None = None  # error.type of a fault that failed the call
         self.failed_by = ""  # and which fault it was
-        self.open_children: list[Any] = []  # hangs with no release end with the call
+        self.open_children: list[SpanData] = []  # hangs with no release end with the call
 
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
-        trace = self.tracing._trace
+        tracing, span = self.tracing, self.span
+        attributes = span.attributes
         fault_type = str(fields.get("fault"))
         self.faults.append(fields)
         for key, field in (("type", "fault"), ("rule", "rule"), ("component", "component"), ("level", "level")):
             # one string, comma-separated when several fired: trace viewers search strings, not arrays
-            self.span.set_attribute(f"chaosproxy.fault.{key}", ",".join(str(f.get(field)) for f in self.faults))
-        self.span.add_event("chaosproxy.fault", _event_attributes(fields))
-        if len(self.faults) == 1:
-            self.span.set_attributes({"chaosproxy.seed": self.tracing.seed, "chaosproxy.run_id": self.tracing.run_id})
+            attributes[f"chaosproxy.fault.{key}"] = ",".join(str(f.get(field)) for f in self.faults)
+        now = time.time_ns()
+        span.events.append((now, "chaosproxy.fault", _event_attributes(fields)))
+        attributes["chaosproxy.seed"] = tracing.seed
+        attributes["chaosproxy.run_id"] = tracing.run_id
         failure = _failure(action)
         if failure is not None:
             self.failure = failure
             self.failed_by = f"chaosproxy fault {fault_type} (rule {fields.get('rule')})"
             if isinstance(action, Reply | Rewrite):
-                self.span.set_attribute("rpc.response.status_code", failure)
-        attributes = {"chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get("rule")),
-                      "chaosproxy.fault.component": str(fields.get("component")),
-                      "chaosproxy.fault.level": str(fields.get("level")),
-                      "chaosproxy.fault.action": str(fields.get("action")),
-                      "chaosproxy.seed": self.tracing.seed, "chaosproxy.run_id": self.tracing.run_id}
-        now = time.time_ns()
-        child = self.tracing.tracer.start_span(f"chaosproxy.fault {fault_type}", kind=trace.SpanKind.INTERNAL,
-                                               context=trace.set_span_in_context(self.span),
-                                               attributes=attributes, start_time=now)
+                attributes["rpc.response.status_code"] = failure
+        child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], span.trace_id, _new_id(64), span.span_id,
+                         span.trace_state, now, {
+                             "chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get("rule")),
+                             "chaosproxy.fault.component": str(fields.get("component")),
+                             "chaosproxy.fault.level": str(fields.get("level")),
+                             "chaosproxy.fault.action": str(fields.get("action")),
+                             "chaosproxy.seed": tracing.seed, "chaosproxy.run_id": tracing.run_id})
         if failure is not None:
-            child.set_status(trace.Status(trace.StatusCode.ERROR, self.failed_by))
+            child.error = self.failed_by
         waited = _injected_wait(action)
         if waited is None:
             self.open_children.append(child)
         else:
-            child.end(end_time=now + int(waited * 1e9))
+            child.end_ns = now + int(waited * 1e9)
+            tracing.exporter.add(child)
 
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
-        trace = self.tracing._trace
         span = self.span
+        attributes = span.attributes
         if outcome != "ok":
-            span.set_attribute("chaosproxy.outcome", outcome)
+            attributes["chaosproxy.outcome"] = outcome
         error_type: str | None = None
         if status is not None:
-            span.set_attribute("http.response.status_code", status)
+            attributes["http.response.status_code"] = status
             if status >= 400:
                 error_type = str(status)
         error = reply.get("error") if reply is not None else None
         if isinstance(error, dict) and "code" in error:
             error_type = str(error["code"])
-            span.set_attribute("rpc.response.status_code", error_type)
+            attributes["rpc.response.status_code"] = error_type
         elif reply is not None and isinstance(result := reply.get("result"), dict) and result.get("isError") is True:
             error_type = error_type or "tool_error"
         error_type = error_type or self.failure or (outcome if outcome in FAILED_OUTCOMES else None)
         if error_type is not None:
-            span.set_attribute("error.type", error_type)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, self.failed_by or outcome))
-        now = time.time_ns()
+            attributes["error.type"] = error_type
+            span.error = self.failed_by or outcome
+        span.end_ns = now = time.time_ns()
+        exporter = self.tracing.exporter
         for child in self.open_children:
-            child.end(end_time=now)
-        span.end(end_time=now)
+            child.end_ns = now
+            exporter.add(child)
+        exporter.add(span)
 
 
 class _RunSpan(RunSpan):
-    def __init__(self, tracing: OtlpTracing, span: Any) -> None:
+    def __init__(self, tracing: OtlpTracing, span: SpanData, *, sampled: bool) -> None:
         self.tracing = tracing
         self.span = span
-        context = span.get_span_context()
-        self.trace_id = f"{context.trace_id:032x}" if context.is_valid else None
-        self.traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        self.sampled = sampled
+        self.trace_id = span.trace_id
+        self.traceparent = f"00-{span.trace_id}-{span.span_id}-{'01' if sampled else '00'}"
 
     def environment(self, baggage: Mapping[str, Any]) -> dict[str, str]:
         """TRACEPARENT and BAGGAGE (W3C formats) for the run's agent and proxy."""
@@ -341,24 +415,28 @@ class _RunSpan(RunSpan):
         return {"TRACEPARENT": self.traceparent, "BAGGAGE": entries}
 
     def end(self, status: str) -> None:
-        trace = self.tracing._trace
-        self.span.set_attribute("chaosproxy.run.status", status)
+        span = self.span
+        span.attributes["chaosproxy.run.status"] = status
         if status != "passed":
-            self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"the run {status}"))
-        self.span.end()
+            span.error = f"the run {status}"
+        span.end_ns = time.time_ns()
+        if self.sampled:
+            self.tracing.exporter.add(span)
 
 
-def _resource_hashed_once(base: type) -> type:
-    """A Resource that computes its hash once. The OTLP encoder groups every span of a batch by its
-    resource, and Resource.__hash__ serialises all the attributes to JSON each time (~10 µs a span)."""
-    class Resource(base):  # type: ignore[misc,valid-type]
-        @functools.cached_property
-        def _hash(self) -> int:
-            return super().__hash__()
+@functools.lru_cache(maxsize=256)
+def _server(url: str) -> tuple[str | None, int]:
+    """The address and port of an upstream URL (a few URLs, each seen again and again)."""
+    server = urlsplit(url)
+    return server.hostname, server.port or (443 if server.scheme == "https" else 80)
 
-        def __hash__(self) -> int:
-            return self._hash
-    return Resource
+
+def _new_id(bits: int) -> str:
+    """A random trace (128 bits) or span (64 bits) id in hex, never all zeros."""
+    number = 0
+    while not number:
+        number = getrandbits(bits)
+    return f"{number:0{bits // 4}x}"
 
 
 def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:

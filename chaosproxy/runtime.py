@@ -29,8 +29,7 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
-    Raises ScenarioError before anything is opened when the scenario is invalid, OtelUnavailable
-    when --otel is given without the [otel] extra.
+    Raises ScenarioError before anything is opened when the scenario is invalid.
     """
     if scenario is None:
         scenario = load_scenario(scenario_path, scenario_dirs) if scenario_path is not None else Scenario()

@@ -3,7 +3,7 @@ bundled MCP tool server exporting its own spans to it (run as `python -m tests.o
 
 from __future__ import annotations
 
-import gzip
+import asyncio
 import sys
 import time
 from collections.abc import Callable
@@ -57,6 +57,8 @@ class Receiver:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.requests = 0
+        self.headers: list[dict[str, str]] = []  # each export's request headers
+        self.stall = 0.0  # seconds to wait before answering an export (a slow collector)
         self._runner: web.AppRunner | None = None
         self.endpoint = ""
 
@@ -76,9 +78,10 @@ class Receiver:
             await self._runner.cleanup()
 
     async def _traces(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
+        body = await request.read()  # aiohttp undoes a Content-Encoding (gzip) itself
+        self.headers.append(dict(request.headers))
+        if self.stall:
+            await asyncio.sleep(self.stall)
         assert request.headers.get("Content-Type") == "application/x-protobuf", request.headers
         export = ExportTraceServiceRequest.FromString(body)
         self.requests += 1

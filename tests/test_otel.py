@@ -196,6 +196,32 @@ def test_each_drill_run_is_a_trace_its_agent_and_proxy_join(tmp_path: Path, rece
     assert any(f"trace {results[1]['trace_id']}" in title for title in titles)
 
 
+def test_a_replayed_run_gets_its_root_span(tmp_path: Path, receiver: Receiver):
+    """`chaosproxy drill --replay`: the replay is a trace of its own, rooted like the drill's runs."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(TRACED_AGENT)
+    out = tmp_path / "drill"
+    command = [sys.executable, "-m", "chaosproxy", "drill", "--agent", f"{sys.executable} {agent}",
+               "--stdio", f"{sys.executable} -m chaosproxy.demo.mcp_server stdio", "--seed", "5", "--timeout", "60"]
+    plain = {name: value for name, value in os.environ.items() if not name.startswith(("OTEL_", "TRACE"))}
+    done = subprocess.run([*command, "--out", str(out)], env=plain, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    [original] = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert original["trace_id"] is None  # no endpoint then: no trace
+    done = subprocess.run([sys.executable, "-m", "chaosproxy", "drill", "--replay", str(out / original["run"])],
+                          env=otel_environment(receiver), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    spans = receiver.wait_for(lambda spans: any(s.name.startswith("chaosproxy.drill") for s in spans)
+                              and any(s.name == "tools/call add" for s in spans))
+    [root] = [s for s in spans if s.name == f"chaosproxy.drill {original['run']}"]
+    assert (root.parent_id, root.kind, root.attributes["chaosproxy.run.status"]) == ("", "INTERNAL", "passed")
+    assert root.resource["chaosproxy.run_id"] == out.name and root.attributes["chaosproxy.seed"] == original["seed"]
+    [call] = [s for s in spans if s.name == "tools/call add"]
+    assert (call.trace_id, call.parent_id) == (root.trace_id, root.span_id)
+    seen = json.loads((out / original["run"] / "replay-1" / "agent.stdout").read_text().splitlines()[0])
+    assert seen["TRACEPARENT"].startswith(f"00-{root.trace_id}-{root.span_id}-")
+
+
 
 def configured(code: str, **environ: str) -> str:
     """Run `code` in a fresh interpreter with only these OTEL_* variables; its stdout."""
@@ -209,23 +235,13 @@ def configured(code: str, **environ: str) -> str:
 def test_the_standard_variables_are_honoured():
     code = ("from chaosproxy.otel import from_environment\n"
             "t = from_environment(False, run_id='r', seed=3)\n"
-            "a = t.provider.resource.attributes\n"
-            "print(a['service.name'], a.get('deployment.environment'), a['chaosproxy.seed'], type(t.provider.sampler).__name__)\n")
+            "a = t.settings.resource\n"
+            "print(a['service.name'], a.get('deployment.environment'), a['chaosproxy.seed'], t.sampler.description)\n")
     out = configured(code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SERVICE_NAME="agent-tools",
                      OTEL_RESOURCE_ATTRIBUTES="deployment.environment=staging", OTEL_TRACES_SAMPLER="traceidratio",
                      OTEL_TRACES_SAMPLER_ARG="0.5")
-    assert out.splitlines()[0] == "agent-tools staging 3 TraceIdRatioBased"
+    assert out.splitlines()[0] == "agent-tools staging 3 traceidratio(0.5)"
     off = "from chaosproxy.otel import from_environment\nprint(from_environment(False, run_id='r', seed=3).on)\n"
     assert configured(off, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SDK_DISABLED="true") == "False"
     assert configured(off, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces").startswith("True")
     assert configured(off) == "False"
-
-
-def test_without_the_extra_an_endpoint_warns_and_otel_refuses():
-    missing = "import sys\nsys.modules['opentelemetry.sdk'] = None\nfrom chaosproxy.otel import from_environment\n"
-    out = configured(missing + "print(from_environment(False, run_id='r', seed=3).on)\n",
-                     OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
-    assert out.startswith("False") and "pip install 'chaosproxy[otel]'" in out and "running without tracing" in out
-    out = configured(missing + "from chaosproxy.otel import OtelUnavailable\ntry:\n"
-                     "    from_environment(True, run_id='r', seed=3)\nexcept OtelUnavailable as exc:\n    print(exc)\n")
-    assert "needs the [otel] extra" in out

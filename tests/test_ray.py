@@ -10,10 +10,12 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ import pytest
 
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.plan import RunSpec
-from tests.support import free_port
+from tests.otlp import Receiver
+from tests.support import ServerLoop, free_port
 
 pytest.importorskip("ray")
 
@@ -39,12 +42,13 @@ rules:
     match: {path: /api/weather}
     fault: {type: latency, delay_ms: !range [1, 5]}
 """
-# argv: a folder to leave a marker in (run, the pid of the process that started it, its own pid), and how
-# long to wait before the calls, so a test can see which Ray worker carries out which run.
+# argv: a folder to leave a marker in (named run, the pid of the process that started it, its own pid; holding
+# the proxy's URL), and how long to wait before the calls, so a test can see which Ray worker carries out
+# which run, and with which proxy.
 AGENT = """
 import os, pathlib, sys, time, urllib.error, urllib.request
 run = os.path.basename(os.environ["CHAOSPROXY_RUN"])
-(pathlib.Path(sys.argv[1]) / f"{run}-{os.getppid()}-{os.getpid()}").touch()
+(pathlib.Path(sys.argv[1]) / f"{run}-{os.getppid()}-{os.getpid()}").write_text(os.environ["CHAOSPROXY_URL"])
 time.sleep(float(sys.argv[2]))
 for city in ("lima", "oslo", "pune"):
     try:
@@ -241,24 +245,96 @@ def test_killing_a_ray_worker_mid_drill_loses_no_run(cluster: str, drill_file: P
     tries = [m.name for m in markers.iterdir() if m.name.startswith(f"{victim_run}-")]
     assert len(tries) >= 2, tries  # the lost run was carried out again
     assert not _alive(int(agent))  # the lost try's agent died with its worker
-    assert _processes_mentioning(str(out)) == []  # and no proxy of it is left serving
+    assert _processes_mentioning(str(out)) == []
+    proxy = urllib.parse.urlsplit(started[0].read_text())  # and its proxy (forked by the worker's launcher)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((proxy.hostname, proxy.port), timeout=5).close()
 
 
-def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
-    upstream: str, tmp_path: Path
+@pytest.fixture
+def worker() -> Iterator[Any]:
+    """This process as a Ray worker carrying out runs (carry_out), its proxy launcher closed after."""
+    from chaosproxy.drill.ray_executor import _Worker
+
+    yield _Worker
+    if _Worker.launcher is not None and _Worker.loop is not None:
+        _Worker.loop.run_until_complete(_Worker.launcher.close())
+        _Worker.launcher = None
+
+
+@pytest.fixture
+def run_config(upstream: str, tmp_path: Path) -> DrillConfig:
+    """The settings a Ray task gets: the marking agent, against the test's upstream."""
+    (tmp_path / "markers").mkdir()
+    (tmp_path / "agent.py").write_text(AGENT)
+    return DrillConfig(
+        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0", upstream=upstream, timeout=30
+    )
+
+
+def test_a_ray_worker_forks_the_proxies_of_all_its_runs_from_one_warm_launcher(
+    run_config: DrillConfig, tmp_path: Path, worker: Any
 ) -> None:
     from chaosproxy.drill.ray_executor import carry_out
 
-    (tmp_path / "markers").mkdir()
-    (tmp_path / "agent.py").write_text(AGENT)
-    config = DrillConfig(
-        agent=f"{sys.executable} {tmp_path / 'agent.py'} {tmp_path / 'markers'} 0",
-        upstream=upstream,
-        timeout=30,
-    )
+    launchers = []
+    for n in (1, 2):
+        spec = RunSpec(f"run-{n}", "clean", "clean", "rules: []\n", n)
+        result, _ = carry_out(spec, run_config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path), 12)
+        assert result.status == "passed"
+        assert worker.launcher is not None and worker.launcher.proc.returncode is None
+        launchers.append(worker.launcher.proc.pid)
+    assert launchers[0] == launchers[1]  # one launcher for the worker's runs
+    assert worker.launcher.next_id == 3  # which forked both runs' proxies (after its hello)
+    os.kill(launchers[0], signal.SIGKILL)  # a launcher lost: no run is, and the worker starts another
+    for n in (3, 4):
+        spec = RunSpec(f"run-{n}", "clean", "clean", "rules: []\n", n)
+        result, _ = carry_out(spec, run_config, str(tmp_path / "drill" / spec.name), "0" * 64, str(tmp_path), 12)
+        assert result.status == "passed", (tmp_path / "drill" / spec.name / "proxy.stderr").read_text()
+    assert worker.launcher is not None and worker.launcher.proc.pid != launchers[0]
+
+
+def test_a_node_that_cannot_see_the_drill_folder_sends_the_run_folder_back(
+    run_config: DrillConfig, tmp_path: Path, worker: Any
+) -> None:
+    from chaosproxy.drill.ray_executor import carry_out
+
     spec = RunSpec("run-3", "clean", "clean", "rules: []\n", 77)
-    result, files = carry_out(spec, config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path))
+    result, files = carry_out(spec, run_config, str(tmp_path / "elsewhere" / "run-3"), "0" * 64, str(tmp_path), 12)
     assert (result.run, result.status, result.seed) == ("run-3", "passed", 77)
     assert files is not None and set(files) == RUN_FILES
     assert files["scenario.yaml"] == b"rules: []\n" and json.loads(files["run.json"])["seed"] == 77
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.timeout(900)
+def test_runs_on_ray_get_their_root_spans_like_local_runs(
+    cluster: str, drill_file: Path, tmp_path: Path, server_loop: ServerLoop
+) -> None:
+    """The driver's OTEL_* variables reach the tasks: each run's root span, its proxy's call spans in
+    the run's trace, exported from the node that carried it out to a real OTLP receiver."""
+    receiver = Receiver()
+    server_loop.run(receiver.start())
+    try:
+        drill_file.write_text(drill_file.read_text().replace("randomize: 4\nrepeat: 2\n", "randomize: 1\n"))
+        on_ray = subprocess.run(
+            [*CHAOSPROXY, "drill", str(drill_file), "--executor", "ray", "--ray-address", cluster,
+             "--ray-num-cpus", "0.5", "--out", str(tmp_path / "ray")],
+            capture_output=True, text=True, timeout=600,
+            env={**os.environ, **RAY_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                 "OTEL_BSP_SCHEDULE_DELAY": "100"},
+        )
+        assert on_ray.returncode == 0, on_ray.stderr
+        ran = results(tmp_path / "ray")
+        assert len(ran) == 3 and all(r["trace_id"] for r in ran)
+        spans = receiver.wait_for(lambda spans: sum(s.name.startswith("chaosproxy.drill") for s in spans) == 3
+                                  and sum(s.name == "GET" for s in spans) >= 9, timeout=60)
+    finally:
+        server_loop.run(receiver.stop())
+    for result in ran:
+        [root] = [s for s in spans if s.name == f"chaosproxy.drill {result['run']}"]
+        assert (root.trace_id, root.parent_id, root.kind) == (result["trace_id"], "", "INTERNAL")
+        assert root.attributes["chaosproxy.run.status"] == result["status"]
+        assert root.resource["chaosproxy.run_id"] == "ray" and root.resource["chaosproxy.seed"] == 12
+        calls = [s for s in spans if s.name == "GET" and s.trace_id == root.trace_id]
+        assert len(calls) == 3 and all(call.parent_id == root.span_id for call in calls)

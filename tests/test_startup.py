@@ -77,8 +77,9 @@ def test_run_loads_only_its_scenario_faults_and_no_optional_part(tmp_path: Path)
 
 
 def test_the_registry_still_lists_every_fault():
-    out = subprocess.run([sys.executable, "-c", "import sys\nfrom chaosproxy.faults import REGISTRY\n"
-                          "print(len(REGISTRY), sum(m.startswith('chaosproxy.faults.') for m in sys.modules))"],
+    code = ("import sys\nfrom chaosproxy.faults import REGISTRY\n"
+            "print(len(REGISTRY), sum(m.startswith('chaosproxy.faults.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     registered, modules = map(int, out.stdout.split())
     assert registered == len(TYPES) >= 30

@@ -170,8 +170,8 @@ class Route:
                        (b"Connection", b"Upgrade")]
         else:
             headers = [(b"Host", self.host_header), *head.forward]
-        if call.upstream_headers:
-            headers += call.upstream_headers
+        if call.upstream_headers:  # in place of the agent's (its traceparent: the proxy's span is the parent now)
+            headers = [*without(headers, *(name.lower() for name, _ in call.upstream_headers)), *call.upstream_headers]
         return headers
 
 
@@ -259,8 +259,12 @@ class HttpProxy:
                 return
             # the target as the agent sent it (bytes) when no prefix comes off
             upstream_target = route.base_path + (target.encode("latin-1") if route.prefix else head.target)
-            if not self.engine.could_act(msg) and not head.upgrade and not self.engine.tracing.on:
-                Passthrough(self, exchange, call, route, upstream_target).start()
+            if not self.engine.could_act(msg) and not head.upgrade:
+                if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
+                    from chaosproxy.adapters.traced import TracedPassthrough
+                    TracedPassthrough(self, exchange, call, route, upstream_target).start()
+                else:
+                    Passthrough(self, exchange, call, route, upstream_target).start()
                 return
             inspection = Inspection(self, exchange, call, route, upstream_target)
             task = asyncio.get_running_loop().create_task(inspection.run())
@@ -373,7 +377,7 @@ class Passthrough:
     """
 
     __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
-                 "length")
+                 "length", "body")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
         self.proxy = proxy
@@ -387,6 +391,7 @@ class Passthrough:
         self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
+        self.body: bytes | None = None  # the whole body when it was read before the head went (a traced call's)
 
     def start(self) -> None:
         self.exchange.on_client_gone = self._client_gone
@@ -425,10 +430,12 @@ class Passthrough:
             conn.pause_reading()
         if conn.reused and not self.retried and head.method in IDEMPOTENT:
             self.replay = []
-        self._write(serialize_head(first_line(head.method, self.target), self.route.request_head(head, self.call),
-                                   body_framing(head.length, head.chunked)))
+        body = self.body
+        framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
+        data = serialize_head(first_line(head.method, self.target), self.route.request_head(head, self.call), framing)
+        self._write(data if body is None else data + body)
         self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
-        if head.has_body:
+        if head.has_body and body is None:
             exchange.body.pipe(self._write_body, self._end_body)
         else:
             conn.request_sent = True
@@ -556,7 +563,7 @@ class Passthrough:
         conn.begin(self, head_request=self.exchange.head.method == "HEAD")
         for data in replay:
             conn.send(data)
-        if self.exchange.head.has_body:
+        if self.exchange.head.has_body and self.body is None:
             self.exchange.body.pipe(self._write_body, self._end_body)
         else:
             conn.request_sent = True
@@ -647,18 +654,14 @@ class Inspection:
                     body = msg.body = read
                 else:
                     prefix = read
+        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+        if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
+            start_span(engine, exchange, call, self.route, self.target)
+            if body is not None and msg.body is not body:
+                body = msg.body
         headers = self.route.request_head(head, call, upgrade=head.upgrade)
         if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
             headers = without(headers, b"expect")
-        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
-        if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
-            traced = engine.tracing.start(msg, network="tcp", url=self.route.upstream + self.target.decode(
-                "latin-1").removeprefix(self.route.base_path.decode()), session_id=msg.session
-                if msg.session != exchange.peer else None)
-            names = {name.lower().encode() for name in traced}
-            headers = [*without(headers, *names), *((n.encode(), v.encode("latin-1")) for n, v in traced.items())]
-            if body is not None and msg.body is not body:
-                body = msg.body
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
@@ -904,6 +907,14 @@ class UpstreamUnreachable(UpstreamError):
 
 class UpstreamTimeout(UpstreamError, TimeoutError):
     """The upstream took longer than --upstream-timeout to answer."""
+
+
+def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+    """Open the call's span (tracing on); the headers carrying the proxy's context go upstream with it."""
+    msg = call.msg
+    carrier = engine.tracing.start(msg, network="tcp", url=route.upstream + target.decode("latin-1").removeprefix(
+        route.base_path.decode()), session_id=msg.session if msg.session != exchange.peer else None)
+    call.upstream_headers = [(name.encode(), value.encode("latin-1")) for name, value in carrier.items()]
 
 
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:

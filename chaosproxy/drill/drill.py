@@ -18,7 +18,7 @@ from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine import draw_seed
-from chaosproxy.otel import from_environment as otel_tracing
+from chaosproxy.otel import exporting
 
 
 def plan(config: DrillConfig, shard: Shard | None = None) -> tuple[int, list[RunSpec], list[RunSpec]]:
@@ -51,14 +51,11 @@ def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, li
         from chaosproxy.drill.ray_executor import execute_on_ray
 
         runs = [Run(spec, folder / spec.name, config) for spec in chosen]
-        results = execute_on_ray(runs, config, folder / RESULTS_FILE, progress)
+        results = execute_on_ray(runs, config, folder / RESULTS_FILE, progress, seed)
     else:
-        tracing = otel_tracing(False, run_id=folder.name, seed=seed)  # a root span per run when OTEL_* asks
-        runs = [Run(spec, folder / spec.name, config, tracing) for spec in chosen]
-        try:
+        with exporting(run_id=folder.name, seed=seed) as tracing:  # a root span per run when OTEL_* asks
+            runs = [Run(spec, folder / spec.name, config, tracing) for spec in chosen]
             results = asyncio.run(execute_all(runs, config.jobs, folder / RESULTS_FILE, progress))
-        finally:
-            tracing.shutdown()
     return folder, [result.record() for result in results]
 
 
@@ -77,5 +74,6 @@ def replay(run_folder: Path, agent: str | None = None) -> tuple[Path, dict[str, 
     while (run_folder / f"replay-{n}").exists():
         n += 1
     folder = run_folder / f"replay-{n}"
-    result = asyncio.run(execute_all([Run(spec, folder, config)], 1, None, Progress(1)))[0]
+    with exporting(run_id=run_folder.parent.name, seed=spec.seed) as tracing:  # its root span, as in the drill
+        result = asyncio.run(execute_all([Run(spec, folder, config, tracing)], 1, None, Progress(1)))[0]
     return folder, result.record(), recorded["result"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import gc
 import json
 import os
 import selectors
@@ -21,6 +23,16 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
+
+
+def die_with_parent() -> None:
+    """Be killed when the thread that started this process dies (Linux): the drill's processes never
+    outlive it (a drill killed outright, a lost Ray worker). As a preexec_fn, or first thing in a child."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class LaunchedProcess:
@@ -117,22 +129,12 @@ class Launcher:
 
 # --- the launcher process --------------------------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _child(request: dict[str, Any], cli_main: Any) -> None:
     """In the forked child: become the proxy the request asks for. Never returns."""
     status = 1
     try:
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -154,14 +156,31 @@ def _child(request: dict[str, Any], cli_main: Any) -> None:
         os._exit(status)
 
 
-def main() -> int:
-    """Import the proxy once, then fork one per request until stdin closes."""
-    # Imported here, once, so that every child has them: what `chaosproxy run` loads on its way to listening.
+def _preload() -> None:
+    """Import, once, all a run's proxy would import itself: what `chaosproxy run` loads on its way to
+    listening, every fault (a proxy loads those its scenario names), and what serving loads on first use
+    (the event loop, the IDNA codec and thread pool of address lookups, the output-schema checker)."""
+    import concurrent.futures.thread  # noqa: F401
+    import encodings.idna  # noqa: F401
+
+    import jsonschema.validators  # noqa: F401
+    import uvloop  # noqa: F401
+
     from chaosproxy import otel, reload, runtime  # noqa: F401
     from chaosproxy.adapters import http  # noqa: F401
+    from chaosproxy.faults import all_faults
+
+    all_faults()
+    gc.collect()
+    gc.freeze()  # a child's own collections then leave these alone, and their pages shared with the launcher
+
+
+def main() -> int:
+    """Import the proxy once, then fork one per request until stdin closes."""
+    _preload()
     from chaosproxy.cli import main as cli_main
 
-    _die_with_parent()
+    die_with_parent()
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)

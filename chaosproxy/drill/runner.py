@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from typing import Any, TextIO
 from yarl import URL
 
 from chaosproxy.drill.config import DrillConfig
-from chaosproxy.drill.launcher import LaunchedProcess, Launcher
+from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.report.logfile import read_events
@@ -37,16 +36,6 @@ _LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+) ")
 RUN_FILE = "run.json"
 # A run's proxy uses no pydantic plugins; looking for them would scan every installed package (~20 ms a run).
 PROXY_ENVIRONMENT = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
-_PR_SET_PDEATHSIG = 1
-_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
-
-
-def _die_with_parent() -> None:
-    """Run in the child before exec: be killed when the thread that started it dies."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 @dataclass(slots=True)
 class RunResult:
     """One line of results.jsonl.
@@ -109,7 +98,7 @@ class _Group:
         try:
             proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                         stdout=stdout, stderr=stderr, start_new_session=True,
-                                                        cwd=cwd, preexec_fn=_die_with_parent)
+                                                        cwd=cwd, preexec_fn=die_with_parent)
         except OSError as exc:
             raise _RunError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         return cls(proc)
@@ -237,12 +226,13 @@ class Run:
         argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         env = {**_environment(), **PROXY_ENVIRONMENT, **self.trace_env}
+        proxy = None
         if self.launcher is not None:
             try:
                 proxy = _Group(await self.launcher.launch(argv[3:], env, stderr_path))
-            except OSError as exc:
-                raise _RunError(f"cannot start the proxy: {exc}") from None
-        else:
+            except OSError as exc:  # the launcher is gone (killed): slower, not wrong
+                print(f"chaosproxy drill: warning: {exc}; {self.spec.name} starts its proxy afresh", file=sys.stderr)
+        if proxy is None:
             with open(stderr_path, "wb") as err:
                 proxy = await _Group.start(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
         self.groups.append(proxy)
@@ -335,7 +325,7 @@ async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
     try:
         if any(run.config.upstream is not None for run in runs):
             try:
-                launcher = await Launcher.start(preexec_fn=_die_with_parent)
+                launcher = await Launcher.start(preexec_fn=die_with_parent)
             except OSError as exc:  # slower, not wrong: each run's proxy is then a fresh process
                 print(f"chaosproxy drill: warning: no proxy launcher ({exc}); starting each proxy afresh",
                       file=sys.stderr)

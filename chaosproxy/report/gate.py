@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from chaosproxy.report.fmt import percent, rate_text
-
 if TYPE_CHECKING:
     from chaosproxy.report.compare import Comparison
     from chaosproxy.report.profile import Profile
@@ -42,6 +40,8 @@ def parse_thresholds(text: str) -> dict[str, float]:
 
 def missed_thresholds(profile: Profile, thresholds: dict[str, float]) -> list[str]:
     """One line per threshold the drill's perturbed success rates do not reach."""
+    from chaosproxy.report.fmt import percent, rate_text  # here: every command, `run` too, imports this module
+
     rows = {OVERALL: profile.overall, **{row.name: row for row in [*profile.by_component, *profile.by_fault]}}
     missed = []
     for name, minimum in thresholds.items():
