@@ -152,6 +152,73 @@ async def test_websocket_echo_through_the_proxy(make_proxy, server_loop):
         server_loop.run(runner.cleanup())
 
 
+UPGRADE = (b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+SWITCHED = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+FLOOD = 64 << 20  # far more than the kernel's socket buffers and the proxy's high-water mark hold
+
+
+async def _push(writer: asyncio.StreamWriter, seconds: float) -> int:
+    """Write as much as the peer takes within `seconds` (bounded by FLOOD): the bytes it took."""
+    piece, sent = b"x" * (256 << 10), 0
+    deadline = time.monotonic() + seconds
+    try:
+        while sent < FLOOD and time.monotonic() < deadline:
+            writer.write(piece)
+            await asyncio.wait_for(writer.drain(), max(0.01, deadline - time.monotonic()))
+            sent += len(piece)
+    except TimeoutError:
+        pass
+    return sent
+
+
+def test_a_tunnel_holds_the_upstream_back_while_the_client_does_not_read(make_proxy, scripted):
+    pushed: list[int] = []
+
+    async def script(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(SWITCHED)
+        pushed.append(await _push(writer, 2.5))
+        await reader.read()  # open until the client goes
+
+    proxy = make_proxy(to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        client.send(UPGRADE)
+        assert client.file.readline().startswith(b"HTTP/1.1 101")
+        while client.file.readline() != b"\r\n":
+            pass
+        deadline = time.monotonic() + 10
+        while not pushed and time.monotonic() < deadline:  # the client reads nothing meanwhile
+            time.sleep(0.1)
+        assert pushed and pushed[0] < FLOOD // 2  # held back: the proxy stopped reading the upstream
+        received = 0
+        while received < pushed[0]:  # and the tunnel goes on once the client reads
+            data = client.sock.recv(1 << 20)
+            assert data.strip(b"x") == b""
+            received += len(data)
+
+
+def test_a_tunnel_holds_the_client_back_while_the_upstream_does_not_read(make_proxy, scripted):
+    async def script(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(SWITCHED)
+        await asyncio.sleep(5)  # reads nothing
+        while await reader.read(1 << 20):
+            pass
+
+    proxy = make_proxy(to=scripted(script).url)
+    with RawClient(proxy.url) as client:
+        client.send(UPGRADE)
+        assert client.file.readline().startswith(b"HTTP/1.1 101")
+        client.sock.settimeout(2.5)
+        sent, piece = 0, b"y" * (256 << 10)
+        with pytest.raises(TimeoutError):
+            while sent < FLOOD:
+                client.sock.sendall(piece)
+                sent += len(piece)
+        assert sent < FLOOD // 2  # held back: the proxy stopped reading the client
+
+
 def test_upstream_closing_a_kept_alive_connection_between_requests(make_proxy, scripted):
     async def script(reader, writer):  # one request per connection, without saying Connection: close
         await read_request(reader)

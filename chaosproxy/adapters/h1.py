@@ -361,15 +361,54 @@ class ClientExchange:
 
 
 class _Wire(asyncio.Protocol):
-    """What both ends of the relay share: header collection for httptools, and corked writes."""
+    """What both ends of the relay share: header collection for httptools, corked writes, and flow control.
+
+    While a side's transport cannot take more (over HIGH_WATER), the side that feeds it stops reading
+    (`_feeder`: the other end of a pass-through or a tunnel), and a coroutine writing to it waits in
+    `drain`.
+    """
 
     transport: asyncio.Transport
     _out: list[bytes] | None
     _headers: Headers
     _trailers: Headers | None
+    _drain: asyncio.Future[None] | None
+    _writing_paused: bool
 
     def _writable(self) -> bool:
         raise NotImplementedError
+
+    def _feeder(self) -> Producer | None:
+        """Whose reading stops while this side's transport is full."""
+        raise NotImplementedError
+
+    def _gone(self) -> BaseException | None:
+        """What a drain raises when this side's connection is gone (None while it is there)."""
+        raise NotImplementedError
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if (feeder := self._feeder()) is not None:
+            feeder.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if (feeder := self._feeder()) is not None:
+            feeder.resume_reading()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    def _end_drain(self, error: BaseException) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(error)
+
+    async def drain(self) -> None:
+        if (gone := self._gone()) is not None:
+            raise gone
+        if self._writing_paused:
+            if self._drain is None or self._drain.done():
+                self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._trailers is not None:
@@ -406,7 +445,7 @@ class ClientConnection(_Wire):
         self._reading_paused = 0
         self._drain: asyncio.Future[None] | None = None
         self._writing_paused = False
-        self.tunnel: asyncio.Transport | None = None  # after a 101: bytes go there unparsed
+        self.tunnel: UpstreamConnection | None = None  # after a 101: bytes go there unparsed
         self.tunnel_pending = bytearray()
         self.upgrading = False
         self._out: list[bytes] | None = None  # corked: what one event's callbacks write, sent as one
@@ -426,7 +465,7 @@ class ClientConnection(_Wire):
     def data_received(self, data: bytes) -> None:
         if self.upgrading:
             if self.tunnel is not None:
-                self.tunnel.write(data)
+                self.tunnel.send(data)
             else:
                 self.tunnel_pending += data
                 if len(self.tunnel_pending) > HIGH_WATER:  # the upstream has not switched protocols (yet)
@@ -453,27 +492,22 @@ class ClientConnection(_Wire):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if self.tunnel is not None:
-            self.tunnel.close()
+            self.tunnel.transport.close()
         gone = ConnectionResetError("the client went away")
         for exchange in list(self.queue):
             exchange.body.fail(gone)
             if not exchange.finished and exchange.on_client_gone is not None:
                 exchange.on_client_gone()
         self.queue.clear()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(gone)
+        self._end_drain(gone)
 
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-        if self.queue and (upstream := self.queue[0].upstream) is not None:
-            upstream.pause_reading()
+    def _feeder(self) -> Producer | None:
+        if self.tunnel is not None:
+            return self.tunnel
+        return self.queue[0].upstream if self.queue else None
 
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self.queue and (upstream := self.queue[0].upstream) is not None:
-            upstream.resume_reading()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+    def _gone(self) -> BaseException | None:
+        return ConnectionResetError("the client went away") if self.lost else None
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -526,14 +560,6 @@ class ClientConnection(_Wire):
             upstream.cork()
             self.corked.append(upstream)
 
-    async def drain(self) -> None:
-        if self.lost:
-            raise ConnectionResetError("the client went away")
-        if self._writing_paused:
-            if self._drain is None or self._drain.done():
-                self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
-
     def pause_reading(self) -> None:
         self._reading_paused += 1
         if self._reading_paused == 1 and not self.lost:
@@ -562,12 +588,14 @@ class ClientConnection(_Wire):
         if self.queue:
             self.handler.handle(self.queue[0])
 
-    def start_tunnel(self, upstream: asyncio.Transport) -> None:
+    def start_tunnel(self, upstream: UpstreamConnection) -> None:
         """After a 101: from now on the connection is a byte pipe to `upstream` both ways."""
         self.tunnel = upstream
         if self.tunnel_pending:
-            upstream.write(bytes(self.tunnel_pending))
+            upstream.send(bytes(self.tunnel_pending))
             self.tunnel_pending.clear()
+        if self._writing_paused:
+            upstream.pause_reading()
         while self._reading_paused:
             self.resume_reading()
         self.upgrading = True
@@ -663,13 +691,11 @@ class UpstreamConnection(_Wire):
     def _writable(self) -> bool:
         return not self.closed and not self.transport.is_closing()
 
-    async def drain(self) -> None:
-        if self.closed:
-            raise UpstreamError("the upstream closed the connection")
-        if self._writing_paused:
-            if self._drain is None or self._drain.done():
-                self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
+    def _feeder(self) -> Producer | None:
+        return self.client if self.client is not None else self.tunnel
+
+    def _gone(self) -> BaseException | None:
+        return UpstreamError("the upstream closed the connection") if self.closed else None
 
     def data_received(self, data: bytes) -> None:
         if self.upgraded:
@@ -704,7 +730,9 @@ class UpstreamConnection(_Wire):
         if self.tunnel_pending:
             client.write(bytes(self.tunnel_pending))
             self.tunnel_pending.clear()
-        client.start_tunnel(self.transport)
+        client.start_tunnel(self)
+        if self._writing_paused:
+            client.pause_reading()
 
     def eof_received(self) -> bool:
         return False
@@ -716,26 +744,13 @@ class UpstreamConnection(_Wire):
             if self.tunnel is not None:
                 self.tunnel.transport.close()
             return
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(UpstreamError("the upstream closed the connection"))
+        self._end_drain(UpstreamError("the upstream closed the connection"))
         if self.sink is not None:
             if self.in_body and self.close_delimited:
                 self._complete([])
             else:
                 self._fail(UpstreamError("the upstream closed the connection" +
                                          (" mid-body" if self.in_body else " before answering")))
-
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-        if self.client is not None:
-            self.client.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self.client is not None:
-            self.client.resume_reading()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
 
     def pause_reading(self) -> None:
         if not self._reading_paused and not self.closed:
