@@ -56,6 +56,8 @@ TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]
 ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
 MAX_TRACESTATE = 512  # W3C: 32 members; a longer header is dropped, not forwarded
 KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
+MAX_ID64 = (1 << 64) - 1
+CLIENT = KIND["CLIENT"]
 
 
 class SpanData:
@@ -76,13 +78,15 @@ class SpanData:
         self.start_ns = start_ns
         self.end_ns = start_ns
         self.attributes = attributes
-        self.events: list[tuple[int, str, dict[str, Any]]] = []
-        self.links: list[tuple[str, str, dict[str, Any]]] = []  # (trace id, span id, attributes)
+        self.events: list[tuple[int, str, dict[str, Any]]] | None = None  # made when one is added
+        self.links: list[tuple[str, str, dict[str, Any]]] | None = None  # (trace id, span id, attributes)
         self.error: str | None = None  # the status message when the span's status is ERROR
 
 
 class CallTrace:
     """The span of one proxied call. The switched-off tracer never makes one."""
+
+    __slots__ = ()
 
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
         """A fault fired on this call; `fields` are its log line's."""
@@ -188,22 +192,31 @@ class OtlpTracing(Tracing):
     def start(self, msg: Message, *, network: str, url: str | None = None,
               session_id: str | None = None) -> dict[str, str]:
         rpc = msg.rpc if msg.body else None
-        method = rpc.get("method") if rpc is not None else None
-        params = rpc.get("params") if rpc is not None else None
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        meta = meta if isinstance(meta, dict) else {}
-        from_meta = parse_traceparent(meta.get("traceparent"), meta.get("tracestate"))
-        header = msg.headers.get("traceparent")
-        from_header = parse_traceparent(header, msg.headers.get("tracestate")) if header is not None else None
+        method = params = None
+        meta: dict[str, Any] = {}
+        if rpc is not None:
+            method = rpc.get("method")
+            params = rpc.get("params")
+            if type(params) is dict and type(found := params.get("_meta")) is dict:
+                meta = found
+        from_meta = parse_traceparent(meta["traceparent"], meta.get("tracestate")) if "traceparent" in meta else None
+        headers = msg.headers
+        header = headers.get("traceparent")
+        from_header = parse_traceparent(header, headers.get("tracestate")) if header is not None else None
         parent = from_meta or from_header or self._default_parent
-        trace_id = parent.trace_id if parent is not None else _new_id(128)
-        if not self.sampler.sampled(trace_id, parent):
-            return {}  # not recorded: the call goes on untouched, the agent's context (and decision) with it
+        if parent is None:
+            trace_id = _new_id(128)
+            if not self.sampler.records_roots(trace_id):
+                return {}  # not recorded: the call goes on untouched
+        else:
+            trace_id = parent.trace_id
+            if not self.sampler.records_child(parent):
+                return {}  # not recorded: the call goes on untouched, the agent's context (and decision) with it
         attributes: dict[str, Any] = {"network.transport": network}
         if url is not None:
             attributes["server.address"], attributes["server.port"] = _server(url)
-        if isinstance(method, str):
-            name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)
+        if type(method) is str:
+            name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)  # type: ignore[arg-type]
         elif msg.api is not None:
             name = _genai_attributes(attributes, msg)
         else:
@@ -211,17 +224,19 @@ class OtlpTracing(Tracing):
             attributes["http.request.method"] = msg.http_method
             if url is not None:
                 attributes["url.full"] = url
-        span = SpanData(name, KIND["CLIENT"], trace_id, _new_id(64), parent.span_id if parent is not None else "",
-                        parent.trace_state if parent is not None else "", time.time_ns(), attributes)
+        span = msg.trace = _Call(self, name, trace_id, parent, attributes)
         if from_meta is not None and from_header is not None and from_header[:2] != from_meta[:2]:
-            span.links.append((from_header.trace_id, from_header.span_id, {"chaosproxy.link": "http.traceparent"}))
-        msg.trace = _Call(self, span)
+            span.links = [(from_header.trace_id, from_header.span_id, {"chaosproxy.link": "http.traceparent"})]
         carrier = {"traceparent": f"00-{trace_id}-{span.span_id}-01"}
         if span.trace_state:
             carrier["tracestate"] = span.trace_state
-        if isinstance(method, str) and (params is None or isinstance(params, dict)):
-            meta = {key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}
-            msg.replace({**rpc, "params": {**(params or {}), "_meta": {**meta, **carrier}}})
+        if type(method) is str and (params is None or type(params) is dict):  # the MCP carrier: params._meta
+            assert rpc is not None
+            if params is None:
+                params = rpc["params"] = {}
+            params["_meta"] = {**meta, **carrier} if from_meta is None else {
+                **{key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}, **carrier}
+            msg.replace(rpc)
         return carrier if msg.http_method is not None else {}
 
     def _mcp_attributes(self, attributes: dict[str, Any], msg: Message, rpc: dict[str, Any],
@@ -259,7 +274,8 @@ class OtlpTracing(Tracing):
         span = SpanData(name, KIND["INTERNAL"], trace_id, _new_id(64), parent.span_id if parent is not None else "",
                         parent.trace_state if parent is not None else "", time.time_ns(),
                         {key: value for key, value in attributes.items() if value is not None})
-        return _RunSpan(self, span, sampled=self.sampler.sampled(trace_id, parent))
+        sampled = self.sampler.records_roots(trace_id) if parent is None else self.sampler.records_child(parent)
+        return _RunSpan(self, span, sampled=sampled)
 
     def shutdown(self) -> None:
         self.exporter.shutdown()  # exports what is queued
@@ -317,35 +333,43 @@ class Sampler:
             ratio = 1.0
         return cls(name, ratio)
 
-    def sampled(self, trace_id: str, parent: Parent | None) -> bool:
-        if self.parent_based and parent is not None:
-            return parent.sampled
-        return int(trace_id[16:], 16) < self.bound
+    def records_roots(self, trace_id: str) -> bool:
+        """Whether a span with no parent, of this trace, is recorded."""
+        return self.bound > MAX_ID64 or int(trace_id[16:], 16) < self.bound
+
+    def records_child(self, parent: Parent) -> bool:
+        """Whether a span under `parent` (the agent's context) is recorded."""
+        return parent.sampled if self.parent_based else self.records_roots(parent.trace_id)
 
 
-class _Call(CallTrace):
-    """One call's span, its fault child spans and events."""
+class _Call(SpanData, CallTrace):
+    """One call's span (its own data, queued as it is when the call ends), its fault child spans and events."""
 
-    __slots__ = ("tracing", "span", "faults", "failure", "failed_by", "open_children")
+    __slots__ = ("tracing", "faults", "failure", "failed_by", "open_children")
 
-    def __init__(self, tracing: OtlpTracing, span: SpanData) -> None:
+    def __init__(self, tracing: OtlpTracing, name: str, trace_id: str, parent: Parent | None,
+                 attributes: dict[str, Any]) -> None:
+        if parent is None:
+            super().__init__(name, CLIENT, trace_id, _new_id(64), "", "", time.time_ns(), attributes)
+        else:
+            super().__init__(name, CLIENT, trace_id, _new_id(64), parent.span_id, parent.trace_state, time.time_ns(),
+                             attributes)
         self.tracing = tracing
-        self.span = span
-        self.faults: list[Mapping[str, Any]] = []
+        self.faults: list[Mapping[str, Any]] | None = None  # the fired faults' log fields
         self.failure: str | None = None  # error.type of a fault that failed the call
         self.failed_by = ""  # and which fault it was
-        self.open_children: list[SpanData] = []  # hangs with no release end with the call
+        self.open_children: list[SpanData] | None = None  # hangs with no release end with the call
 
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
-        tracing, span = self.tracing, self.span
-        attributes = span.attributes
+        attributes = self.attributes
         fault_type = str(fields.get("fault"))
-        self.faults.append(fields)
+        faults = self.faults = [*(self.faults or ()), fields]
         for key, field in (("type", "fault"), ("rule", "rule"), ("component", "component"), ("level", "level")):
             # one string, comma-separated when several fired: trace viewers search strings, not arrays
-            attributes[f"chaosproxy.fault.{key}"] = ",".join(str(f.get(field)) for f in self.faults)
+            attributes[f"chaosproxy.fault.{key}"] = ",".join(str(f.get(field)) for f in faults)
         now = time.time_ns()
-        span.events.append((now, "chaosproxy.fault", _event_attributes(fields)))
+        self.events = [*(self.events or ()), (now, "chaosproxy.fault", _event_attributes(fields))]
+        tracing = self.tracing
         attributes["chaosproxy.seed"] = tracing.seed
         attributes["chaosproxy.run_id"] = tracing.run_id
         failure = _failure(action)
@@ -354,8 +378,8 @@ class _Call(CallTrace):
             self.failed_by = f"chaosproxy fault {fault_type} (rule {fields.get('rule')})"
             if isinstance(action, Reply | Rewrite):
                 attributes["rpc.response.status_code"] = failure
-        child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], span.trace_id, _new_id(64), span.span_id,
-                         span.trace_state, now, {
+        child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], self.trace_id, _new_id(64), self.span_id,
+                         self.trace_state, now, {
                              "chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get("rule")),
                              "chaosproxy.fault.component": str(fields.get("component")),
                              "chaosproxy.fault.level": str(fields.get("level")),
@@ -365,14 +389,13 @@ class _Call(CallTrace):
             child.error = self.failed_by
         waited = _injected_wait(action)
         if waited is None:
-            self.open_children.append(child)
+            self.open_children = [*(self.open_children or ()), child]
         else:
             child.end_ns = now + int(waited * 1e9)
             tracing.exporter.add(child)
 
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
-        span = self.span
-        attributes = span.attributes
+        attributes = self.attributes
         if outcome != "ok":
             attributes["chaosproxy.outcome"] = outcome
         error_type: str | None = None
@@ -389,13 +412,13 @@ class _Call(CallTrace):
         error_type = error_type or self.failure or (outcome if outcome in FAILED_OUTCOMES else None)
         if error_type is not None:
             attributes["error.type"] = error_type
-            span.error = self.failed_by or outcome
-        span.end_ns = now = time.time_ns()
+            self.error = self.failed_by or outcome
+        self.end_ns = now = time.time_ns()
         exporter = self.tracing.exporter
-        for child in self.open_children:
+        for child in self.open_children or ():
             child.end_ns = now
             exporter.add(child)
-        exporter.add(span)
+        exporter.add(self)
 
 
 class _RunSpan(RunSpan):
@@ -433,10 +456,7 @@ def _server(url: str) -> tuple[str | None, int]:
 
 def _new_id(bits: int) -> str:
     """A random trace (128 bits) or span (64 bits) id in hex, never all zeros."""
-    number = 0
-    while not number:
-        number = getrandbits(bits)
-    return f"{number:0{bits // 4}x}"
+    return f"{getrandbits(bits) or 1:0{bits // 4}x}"
 
 
 def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:

@@ -188,7 +188,7 @@ class Encoder:
     """ExportTraceServiceRequest protobuf for a batch of spans, one resource and one scope."""
 
     def __init__(self, resource: Mapping[str, Any], scope_version: str) -> None:
-        self._cache: dict[tuple[str, type, Any], bytes] = {}
+        self._cache: dict[str, dict[Any, bytes]] = {}  # attribute key -> value -> encoded
         self._names: dict[tuple[str, int], bytes] = {}
         resource_message = b"".join(_attribute(key, value) for key, value in resource.items() if value is not None)
         scope = _field(1, SCOPE.encode()) + _field(2, scope_version.encode())
@@ -201,14 +201,19 @@ class Encoder:
         return _field(1, resource_spans)  # ExportTraceServiceRequest.resource_spans
 
     def _attributes(self, number: int, attributes: Mapping[str, Any]) -> bytes:
-        cache, parts = self._cache, []
+        """The attributes as repeated field `number`; a key's values seen before are not encoded again."""
+        parts = []
         for key, value in attributes.items():
-            cached = cache.get((key, type(value), value))
+            values = self._cache.get(key)
+            if values is None:
+                values = self._cache[key] = {}
+            kind = type(value)  # in the key: True == 1 == 1.0, encoded three ways
+            cached = values.get((kind, value) if kind is not str else value)
             if cached is None:
                 cached = _field(number, _key_value(key, value))
-                if len(cache) >= MAX_CACHED:
-                    cache.clear()
-                cache[key, type(value), value] = cached
+                if len(values) >= MAX_CACHED:  # a key whose values do not repeat (a request id)
+                    values.clear()
+                values[(kind, value) if kind is not str else value] = cached
             parts.append(cached)
         return b"".join(parts)
 
@@ -226,10 +231,10 @@ class Encoder:
             self._names[span.name, span.kind] = name_and_kind
         parts += (name_and_kind, TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns),
                   self._attributes(9, span.attributes))
-        for time_ns, name, attributes in span.events:  # Span.events
+        for time_ns, name, attributes in span.events or ():  # Span.events
             parts.append(_field(11, b"\x09" + struct.pack("<Q", time_ns) + _field(2, name.encode())
                                 + self._attributes(3, attributes)))
-        for trace_id, span_id, attributes in span.links:  # Span.links
+        for trace_id, span_id, attributes in span.links or ():  # Span.links
             parts.append(_field(13, b"\x0a\x10" + bytes.fromhex(trace_id) + b"\x12\x08" + bytes.fromhex(span_id)
                                 + self._attributes(4, attributes)))
         if span.error is not None:  # Status{message, code=ERROR}

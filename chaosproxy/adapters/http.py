@@ -171,7 +171,8 @@ class Route:
         else:
             headers = [(b"Host", self.host_header), *head.forward]
         if call.upstream_headers:  # in place of the agent's (its traceparent: the proxy's span is the parent now)
-            headers = [*without(headers, *(name.lower() for name, _ in call.upstream_headers)), *call.upstream_headers]
+            names = [name for name, _ in call.upstream_headers]  # lower case
+            headers = [(name, value) for name, value in headers if name.lower() not in names] + call.upstream_headers
         return headers
 
 

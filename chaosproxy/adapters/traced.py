@@ -21,7 +21,8 @@ class TracedPassthrough(Passthrough):
         head = exchange.head
         if head.has_body and head.length is not None and head.length <= SMALL_BODY:
             exchange.on_client_gone = self._client_gone
-            exchange.send_continue()  # the proxy reads the body before anything goes upstream
+            if head.expect_continue:
+                exchange.send_continue()  # the proxy reads the body before anything goes upstream
             self.pieces: list[bytes] = []
             self.keep_body = None
             exchange.body.pipe(self.pieces.append, self._body_read)
