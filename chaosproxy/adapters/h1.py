@@ -253,6 +253,29 @@ class Body:
         return b"".join(pieces), False
 
 
+class _NoBody(Body):
+    """The body of a request that has none (no Content-Length, no chunked): over from the start, and
+    one object for all such requests, which then cost no Body of their own."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(None)  # type: ignore[arg-type]  # never fed, so never paused
+        self.done = True
+
+    def finish(self, trailers: Headers) -> None:
+        pass
+
+    def pipe(self, write: Callable[[bytes], None], end: Callable[[Headers], None]) -> None:
+        end([])
+
+    def unpipe(self) -> None:
+        pass
+
+
+NO_BODY: Body = _NoBody()
+
+
 class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
@@ -270,7 +293,7 @@ class ClientExchange:
     def __init__(self, conn: ClientConnection, head: Head) -> None:
         self.conn = conn
         self.head = head
-        self.body = Body(conn)
+        self.body = Body(conn) if head.has_body else NO_BODY
         self.started = False  # response head written
         self.chunked_out = False
         self.close_after = not head.keep_alive
@@ -536,8 +559,11 @@ class ClientConnection(_Wire):
             self.pause_reading()
 
     def on_body(self, body: bytes) -> None:
-        if self.parsing is not None:
-            self.parsing.body.feed(body)
+        exchange = self.parsing
+        if exchange is not None:
+            if exchange.body is NO_BODY:  # never with the parser's framing; kept apart all the same
+                exchange.body = Body(self)
+            exchange.body.feed(body)
 
     def on_message_complete(self) -> None:
         if self.parsing is not None:
