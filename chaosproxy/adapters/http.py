@@ -931,7 +931,9 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     line["outcome"] = exchange.outcome
     line["bytes_out"] = exchange.bytes_out
     line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1e6) / 1000  # round(x, 3) is slow
-    line["faults"] = exchange.faults[:]  # as it is now: the line may be serialised later
+    # a tuple, as the list is now: the line may be serialised later, and a dict of atomic values and
+    # an empty tuple is not tracked by the GC while it waits (thousands of them between two flushes)
+    line["faults"] = tuple(exchange.faults)
     rpc = msg.rpc if msg.body is not None else None
     if rpc is not None:
         line["method"] = msg.method
