@@ -234,8 +234,9 @@ class OtlpTracing(Tracing):
             assert rpc is not None
             if params is None:
                 params = rpc["params"] = {}
-            params["_meta"] = {**meta, **carrier} if from_meta is None else {
-                **{key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}, **carrier}
+            if "traceparent" in meta or "tracestate" in meta:  # the agent's context: ours replaces it
+                meta = {key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}
+            params["_meta"] = {**meta, **carrier}
             msg.replace(rpc)
         return carrier if msg.http_method is not None else {}
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from chaosproxy.otel import OtlpTracing
+from tests.framing_support import RawClient
 from tests.otlp import Receiver
 from tests.test_otel import receiver  # noqa: F401
 
@@ -160,3 +161,19 @@ def test_bad_variables_warn_and_fall_back(receiver: Receiver, caplog: pytest.Log
         tracing.shutdown()
     assert any(variable in record.getMessage() for record in caplog.records), caplog.text
     assert tracing.sampler.ratio == 1.0 and tracing.settings.max_queue == 2048
+
+
+def test_a_traced_upload_with_expect_gets_one_100_continue(make_proxy: Any, receiver: Receiver):  # noqa: F811
+    """The proxy reads a traced call's small body itself, so it says 100 Continue and sends no Expect on:
+    the agent must not get a second 100 from upstream."""
+    proxy = make_proxy("rules: []")
+    proxy.engine.tracing = tracing = tracing_for(receiver)
+    body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search"}}).encode()
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /echo/mcp HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body))
+        assert [client.read_line(), client.read_line()] == [b"HTTP/1.1 100 Continue\r\n", b"\r\n"]
+        client.send(body)
+        assert client.read_line().startswith(b"HTTP/1.1 200")  # the final answer, no other 100 before it
+    tracing.shutdown()
+    receiver.wait_for(lambda spans: any(s.name == "tools/call search" for s in spans), timeout=10)

@@ -163,8 +163,9 @@ class Route:
         """The body relay for a request path (JSON-RPC today; model APIs get their own by path)."""
         return self.relay
 
-    def request_head(self, head: Head, call: Call, *, upgrade: bool = False) -> Headers:
-        """The headers sent upstream: the agent's end-to-end ones, Host naming the upstream."""
+    def request_head(self, head: Head, call: Call, *, upgrade: bool = False, body_read: bool = False) -> Headers:
+        """The headers sent upstream: the agent's end-to-end ones, Host naming the upstream. `body_read`:
+        the proxy read the body itself (and said 100 Continue), so no Expect goes upstream."""
         if upgrade:
             headers = [(b"Host", self.host_header), *head.end_to_end(keep=UPGRADE, drop=HOST_AND_LENGTH),
                        (b"Connection", b"Upgrade")]
@@ -173,7 +174,7 @@ class Route:
         if call.upstream_headers:  # in place of the agent's (its traceparent: the proxy's span is the parent now)
             names = [name for name, _ in call.upstream_headers]  # lower case
             headers = [(name, value) for name, value in headers if name.lower() not in names] + call.upstream_headers
-        return headers
+        return without(headers, b"expect") if body_read else headers
 
 
 def first_line(method: str, target: bytes) -> bytes:
@@ -433,7 +434,8 @@ class Passthrough:
             self.replay = []
         body = self.body
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
-        data = serialize_head(first_line(head.method, self.target), self.route.request_head(head, self.call), framing)
+        headers = self.route.request_head(head, self.call, body_read=body is not None)
+        data = serialize_head(first_line(head.method, self.target), headers, framing)
         self._write(data if body is None else data + body)
         self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
         if head.has_body and body is None:
@@ -660,9 +662,7 @@ class Inspection:
             start_span(engine, exchange, call, self.route, self.target)
             if body is not None and msg.body is not body:
                 body = msg.body
-        headers = self.route.request_head(head, call, upgrade=head.upgrade)
-        if body is not None:  # the proxy read the body (and said 100 Continue itself): no Expect upstream
-            headers = without(headers, b"expect")
+        headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
