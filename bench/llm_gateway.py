@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import CHAOS, PY, Procs, cpu_s, free_ports, log, wait_ready
+from run import PY, Procs, cpu_s, free_ports, log, start_scenarios, wait_ready
 
 SCENARIOS = {
     "no-rule": "rules: []\n",
@@ -108,14 +108,7 @@ def main() -> int:
         upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.llm_server", "--port", str(uport),
                                             "--event-delay-ms", "20"])
         wait_ready("upstream", uport, upstream, 30, probe)
-        pids: dict[str, int | None] = {"direct": None}
-        for target, scenario in SCENARIOS.items():
-            path = args.out / f"{target}.yaml"
-            path.write_text(scenario)
-            proc = procs.start(target, [CHAOS, "run", "--upstream", f"http://127.0.0.1:{uport}", "--listen",
-                                        f"127.0.0.1:{ports[target]}", "--scenario", str(path), "--log", "/dev/null"])
-            wait_ready(target, ports[target], proc, 30, probe)
-            pids[target] = proc.pid
+        pids = start_scenarios(procs, args.out, uport, ports, SCENARIOS, probe)
         cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
         p50: dict[str, list[float]] = {t: [] for t in TARGETS}
         first: dict[str, list[float]] = {t: [] for t in TARGETS}

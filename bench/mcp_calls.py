@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import CHAOS, HERE, PY, Bench, Procs, free_ports, log, wait_ready
+from run import HERE, PY, Bench, Procs, free_ports, log, start_scenarios, wait_ready
 
 SCENARIOS = {
     "idle": "rules: []\n",
@@ -50,14 +50,7 @@ def main() -> int:
         upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(uport),
                                             "--stateless", "--json-response"])
         wait_ready("upstream", uport, upstream, 30, PROBE)
-        pids: dict[str, int | None] = {"direct": None}
-        for target, scenario in SCENARIOS.items():
-            path = args.out / f"{target}.yaml"
-            path.write_text(scenario)
-            proc = procs.start(target, [CHAOS, "run", "--upstream", f"http://127.0.0.1:{uport}", "--listen",
-                                        f"127.0.0.1:{ports[target]}", "--scenario", str(path), "--log", "/dev/null"])
-            wait_ready(target, ports[target], proc, 30, PROBE)
-            pids[target] = proc.pid
+        pids = start_scenarios(procs, args.out, uport, ports, SCENARIOS, PROBE)
         bench = Bench(args.out, ports, pids, upstream.pid)
         c1: dict[str, list[dict]] = {t: [] for t in TARGETS}
         c16: dict[str, list[dict]] = {t: [] for t in TARGETS}

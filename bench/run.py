@@ -98,6 +98,21 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def start_scenarios(procs: Procs, out: Path, upstream_port: int, ports: dict[str, int], scenarios: dict[str, str],
+                    probe: tuple[str, str, str | None, dict[str, str]]) -> dict[str, int | None]:
+    """A `chaosproxy run` per scenario (written to OUT/NAME.yaml) in front of the upstream, each answering
+    `probe`; their pids by name, with `direct` (no proxy) as None."""
+    pids: dict[str, int | None] = {"direct": None}
+    for target, scenario in scenarios.items():
+        path = out / f"{target}.yaml"
+        path.write_text(scenario)
+        proc = procs.start(target, [CHAOS, "run", "--upstream", f"http://127.0.0.1:{upstream_port}", "--listen",
+                                    f"127.0.0.1:{ports[target]}", "--scenario", str(path), "--log", "/dev/null"])
+        wait_ready(target, ports[target], proc, 30, probe)
+        pids[target] = proc.pid
+    return pids
+
+
 def wait_ready(name: str, port: int, proc: subprocess.Popen, timeout: float = 20,
                probe: tuple[str, str, str | None, dict[str, str]] = ("GET", "/health", None, {})) -> None:
     """Until `probe` (method, path, body, headers) is answered 200."""
