@@ -16,6 +16,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from chaosproxy.demo.serving import serve
 from tests.framing_support import RawClient, read_request
 from tests.support import rule
 
@@ -129,16 +130,9 @@ async def test_websocket_echo_through_the_proxy(make_proxy, server_loop):
             await ws.send_str("echo " + message.data)
         return ws
 
-    async def start() -> tuple[web.AppRunner, int]:
-        app = web.Application()
-        app.router.add_get("/ws", echo)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    runner, port = server_loop.run(start())
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    runner, port = server_loop.run(serve(app))
     try:
         proxy = make_proxy(to=f"http://127.0.0.1:{port}")
         async with aiohttp.ClientSession() as client:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from chaosproxy.demo.serving import serve
 from chaosproxy.faults import _model_paraphrase
 from chaosproxy.named_files import ScenarioFiles
 from chaosproxy.scenario import ScenarioError, parse_scenario
@@ -42,16 +43,9 @@ def paraphraser(server_loop: ServerLoop) -> Iterator[Paraphraser]:
         return web.json_response({"id": "p", "object": "chat.completion", "model": body["model"], "choices": [
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
 
-    async def start() -> tuple[web.AppRunner, int]:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", complete)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    runner, port = server_loop.run(start())
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", complete)
+    runner, port = server_loop.run(serve(app))
     holder.append(Paraphraser(f"http://127.0.0.1:{port}/v1"))
     yield holder[0]
     server_loop.run(runner.cleanup())

@@ -17,6 +17,7 @@ import yaml
 from aiohttp import web
 from mcp.shared.exceptions import MCPError
 
+from chaosproxy.demo.serving import serve
 from tests.mcp_support import client
 from tests.support import ServerLoop, free_port, log_events, wait_listening
 
@@ -42,11 +43,7 @@ async def scripted_upstream() -> tuple[web.AppRunner, int]:
     app = web.Application()
     app.router.add_post("/batch", batch)
     app.router.add_get("/sse", flood)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return await serve(app)
 
 
 @pytest.fixture(scope="module")
