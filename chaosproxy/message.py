@@ -58,14 +58,7 @@ class Message:
     def rpc(self) -> dict[str, Any] | None:
         """The JSON-RPC message in the body, or None when the body is not one."""
         if self._rpc is _UNPARSED:
-            self._rpc = None
-            if self.body and b'"jsonrpc"' in self.body:  # a REST body is not parsed to find out
-                try:
-                    parsed = orjson.loads(self.body)
-                except orjson.JSONDecodeError:
-                    parsed = None
-                if isinstance(parsed, dict) and parsed.get("jsonrpc") == "2.0":
-                    self._rpc = parsed
+            self._rpc = parse_rpc(self.body) if self.body else None
         return self._rpc
 
     def replace(self, rpc: dict[str, Any]) -> None:
@@ -73,28 +66,51 @@ class Message:
         self._rpc = rpc
         self.body = orjson.dumps(rpc)
 
+    @property
+    def parsed(self) -> bool:
+        """Whether `rpc` was asked for (or set) already."""
+        return self._rpc is not _UNPARSED
+
     def _call(self) -> dict[str, Any] | None:
         return self.request.rpc if self.request is not None else self.rpc
 
     @property
     def method(self) -> str | None:
         """JSON-RPC method of this message, or of the request a response answers."""
-        call = self._call()
-        method = call.get("method") if call else None
-        return method if isinstance(method, str) else None
+        return rpc_method(self._call())
 
     @property
     def tool(self) -> str | None:
         """Tool name of a `tools/call`, for the request and for its response."""
-        call = self._call()
-        if not call or call.get("method") != "tools/call":
-            return None
-        params = call.get("params")
-        name = params.get("name") if isinstance(params, dict) else None
-        return name if isinstance(name, str) else None
+        return rpc_tool(self._call())
 
     @property
     def rpc_id(self) -> str | int | None:
         rpc = self.rpc if self.rpc is not None else self._call()
         rpc_id = rpc.get("id") if rpc else None
         return rpc_id if isinstance(rpc_id, (str, int)) else None
+
+
+def parse_rpc(body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC message `body` holds, or None."""
+    if b'"jsonrpc"' not in body:  # a REST body is not parsed to find out
+        return None
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) and parsed.get("jsonrpc") == "2.0" else None
+
+
+def rpc_method(rpc: dict[str, Any] | None) -> str | None:
+    method = rpc.get("method") if rpc else None
+    return method if isinstance(method, str) else None
+
+
+def rpc_tool(rpc: dict[str, Any] | None) -> str | None:
+    """The tool a `tools/call` names."""
+    if not rpc or rpc.get("method") != "tools/call":
+        return None
+    params = rpc.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None

@@ -34,7 +34,7 @@ from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase
+from chaosproxy.message import Message, Phase, parse_rpc, rpc_method, rpc_tool
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
@@ -919,34 +919,49 @@ def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Rout
 
 
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
-    """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these)."""
-    log = engine.log
-    line = log.call_line()
-    line["transport"] = transport
-    line["session"] = msg.session
-    line["route"] = msg.route
-    line["http_method"] = msg.http_method
-    line["path"] = msg.path
-    line["status"] = exchange.status
-    line["outcome"] = exchange.outcome
-    line["bytes_out"] = exchange.bytes_out
-    line["duration_ms"] = round((time.perf_counter() - exchange.started) * 1e6) / 1000  # round(x, 3) is slow
-    # a tuple, as the list is now: the line may be serialised later, and a dict of atomic values and
-    # an empty tuple is not tracked by the GC while it waits (thousands of them between two flushes)
-    line["faults"] = tuple(exchange.faults)
-    rpc = msg.rpc if msg.body is not None else None
-    if rpc is not None:
-        line["method"] = msg.method
-        line["tool"] = msg.tool
-        line["rpc_id"] = rpc.get("id")
-    elif msg.api is not None or (msg.http_method == "POST" and msg.path and api_for_path(msg.path)):
-        # a model-API call (named even when no rule acted and the body was never parsed)
-        line["api"] = msg.api or api_for_path(msg.path or "")
-        line["model"] = msg.model
-        line["turn"] = msg.turn
-    log.write_call(line)
+    """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these).
+
+    Only the values are taken here (`_fill_call_line` makes the line, at the log's next flush): an
+    unparsed request body small enough is kept as it is, and read for its JSON-RPC fields then.
+    """
+    body = msg.body
+    if type(body) is bytes and len(body) <= DEFERRED_BODY and not msg.parsed:
+        called: Any = body
+    else:
+        rpc = msg.rpc if body is not None else None
+        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+    engine.log.write_call((
+        transport, msg.session, msg.route, msg.http_method, msg.path, exchange.status, exchange.outcome,
+        exchange.bytes_out, time.perf_counter() - exchange.started, tuple(exchange.faults) if exchange.faults else (),
+        called, (msg.api, msg.model, msg.turn) if msg.api is not None else None), _fill_call_line)
     if msg.trace is not None:
         msg.trace.end(exchange.outcome, status=exchange.status)
+
+
+DEFERRED_BODY = 64 << 10  # a request body up to this size is kept until the call line is made
+
+
+def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
+    (transport, session, route, http_method, path, status, outcome, bytes_out, duration_s, faults, called,
+     model_call) = record
+    line["transport"] = transport
+    line["session"] = session
+    line["route"] = route
+    line["http_method"] = http_method
+    line["path"] = path
+    line["status"] = status
+    line["outcome"] = outcome
+    line["bytes_out"] = bytes_out
+    line["duration_ms"] = round(duration_s * 1e6) / 1000  # round(x, 3) is slow
+    line["faults"] = faults
+    if type(called) is bytes:  # the request body, not parsed on the way
+        rpc = parse_rpc(called)
+        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+    if called is not None:
+        line["method"], line["tool"], line["rpc_id"] = called
+    elif model_call is not None or (http_method == "POST" and path and api_for_path(path)):
+        # a model-API call (named even when no rule acted and the body was never parsed)
+        line["api"], line["model"], line["turn"] = model_call or (api_for_path(path), None, None)
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:
