@@ -116,6 +116,18 @@ class Head:
 
 
 _HOPS: dict[tuple[frozenset[bytes], frozenset[bytes]], frozenset[bytes]] = {}
+_NOT_AS_IS = HOP_BY_HOP - {b"transfer-encoding"}
+
+
+def relayable(headers: Headers, events: bool) -> bool:
+    """Whether a response head may reach the client as the upstream wrote it: it has no hop-by-hop
+    header bar `Transfer-Encoding: chunked`, and (unless `events`) is not an event stream's."""
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _NOT_AS_IS or lower == b"transfer-encoding" and value.strip().lower() != b"chunked" or \
+                lower == b"content-type" and not events and b"event-stream" in value:
+            return False
+    return True
 
 
 def serialize_head(first_line: bytes, headers: Headers, framing: bytes = b"") -> bytes:
@@ -649,11 +661,17 @@ def _discard(_: object) -> None:
 class ResponseSink(Protocol):
     """Who receives the response events of an upstream connection (a pass-through or an inspector)."""
 
+    as_is: int  # AS_IS_*: whether the response may go to the client as the upstream wrote it
+
     def informational(self, status: int, reason: bytes, headers: Headers) -> None: ...
     def response_head(self, head: Head) -> None: ...
+    def response_as_is(self, status: int) -> None: ...
     def response_body(self, data: bytes) -> None: ...
     def response_end(self, trailers: Headers) -> None: ...
     def upstream_failed(self, error: BaseException) -> None: ...
+
+
+AS_IS_NEVER, AS_IS_NO_EVENTS, AS_IS = 0, 1, 2  # ResponseSink.as_is
 
 
 class UpstreamError(Exception):
@@ -689,6 +707,14 @@ class UpstreamConnection(_Wire):
         self._reason = b""
         self._reading_paused = False
         self._keep_alive = False
+        # A response relayed as it came (`as_is`): its head and body go to the client as the bytes
+        # arrive, parsed on the side only for its end and size (`body_bytes`). Possible when the
+        # response starts a piece of input (`_piece`: the piece while no message is half parsed).
+        self.as_is = False
+        self.body_bytes = 0
+        self._piece: bytes | None = None
+        self._head_piece: bytes | None = None
+        self._mid_message = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -705,6 +731,9 @@ class UpstreamConnection(_Wire):
         self.response_started = False
         self.in_body = False
         self.close_delimited = False
+        self.as_is = False
+        self.body_bytes = 0
+        self._mid_message = False
         if self._reading_paused:
             self.resume_reading()
 
@@ -733,6 +762,9 @@ class UpstreamConnection(_Wire):
         client = self.client
         if client is not None:
             client.cork()
+            if self.as_is:
+                client.write(data)
+        self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -741,6 +773,7 @@ class UpstreamConnection(_Wire):
             self._fail(UpstreamError(f"malformed response from upstream: {exc}"))
             self.transport.abort()
         finally:
+            self._piece = self._head_piece = None
             if client is not None:
                 client.uncork()
 
@@ -794,6 +827,8 @@ class UpstreamConnection(_Wire):
         self._trailers = None
         self._reason = b""
         self.response_started = True
+        self._mid_message = True
+        self._head_piece, self._piece = self._piece, None  # the piece this message starts, if it starts one
 
     def on_status(self, reason: bytes) -> None:
         self._reason += reason
@@ -805,6 +840,14 @@ class UpstreamConnection(_Wire):
         assert sink is not None
         if 100 <= status < 200 and status != 101:
             sink.informational(status, self._reason, self._headers)
+            return
+        if sink.as_is and (piece := self._head_piece) is not None and self.client is not None and \
+                status != 101 and piece.startswith(b"HTTP/1.1 ") and parser.should_keep_alive() and \
+                relayable(self._headers, sink.as_is == AS_IS):
+            self.as_is = self.in_body = self._keep_alive = True
+            self._trailers = []
+            self.client.write(piece)  # the head and what came of the body with it; the rest as it comes
+            sink.response_as_is(status)
             return
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())
         head.status = status
@@ -821,10 +864,13 @@ class UpstreamConnection(_Wire):
             self._complete([])
 
     def on_body(self, body: bytes) -> None:
-        if self.sink is not None and self.in_body:
+        if self.as_is:
+            self.body_bytes += len(body)
+        elif self.sink is not None and self.in_body:
             self.sink.response_body(body)
 
     def on_message_complete(self) -> None:
+        self._mid_message = False
         if self.in_body and not self.head_request:
             self._complete(self._trailers or [])
 

@@ -26,7 +26,7 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError,
+    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError,
     UpstreamPool, chunk, last_chunk, serialize_head,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
@@ -379,7 +379,7 @@ class Passthrough:
     """
 
     __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
-                 "length", "body")
+                 "length", "body", "as_is")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
         self.proxy = proxy
@@ -394,6 +394,7 @@ class Passthrough:
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
         self.body: bytes | None = None  # the whole body when it was read before the head went (a traced call's)
+        self.as_is = AS_IS_NEVER  # set when the request is sent
 
     def start(self) -> None:
         self.exchange.on_client_gone = self._client_gone
@@ -432,6 +433,11 @@ class Passthrough:
             conn.pause_reading()
         if conn.reused and not self.retried and head.method in IDEMPOTENT:
             self.replay = []
+        # the response may go to the client as the upstream wrote it when nothing in its head must change
+        # (a GET's event stream stays apart: a legacy endpoint event may need pointing back here)
+        if head.version == "1.1" and not exchange.close_after and not exchange.no_body and \
+                not (head.expect_continue and not exchange.body.done):
+            self.as_is = AS_IS_NO_EVENTS if head.method == "GET" else AS_IS
         body = self.body
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
         headers = self.route.request_head(head, self.call, body_read=body is not None)
@@ -495,6 +501,12 @@ class Passthrough:
         self.length = head.length
         self.exchange.start(head.status, head.reason, headers, head.length)
 
+    def response_as_is(self, status: int) -> None:
+        self.replay = None
+        self._stop_timer()
+        self.call.status = status
+        self.exchange.started = True
+
     def response_body(self, data: bytes) -> None:
         if self.events is not None:
             self.events.feed(data)
@@ -508,6 +520,11 @@ class Passthrough:
     def response_end(self, trailers: Headers) -> None:
         if self.events is not None:
             self.events.finish(trailers)
+            return
+        if self.conn is not None and self.conn.as_is:
+            self.call.bytes_out = self.conn.body_bytes
+            self.call.finish(self.proxy.engine)  # before the last piece goes (the client's writes are corked)
+            self.exchange.finish()
             return
         self.call.finish(self.proxy.engine)
         self.exchange.end(trailers)
@@ -583,6 +600,7 @@ class ResponseReader:
     """An upstream response for a coroutine: await the head, then read the body piece by piece."""
 
     __slots__ = ("exchange", "head", "body", "conn")
+    as_is = AS_IS_NEVER  # what a coroutine reads may change on the way: never relayed as it came
 
     def __init__(self, exchange: ClientExchange, conn: UpstreamConnection) -> None:
         self.exchange = exchange
