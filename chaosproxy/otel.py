@@ -5,9 +5,11 @@ Export is switched on by `--otel` or by the standard variables (`OTEL_EXPORTER_O
 name, resource attributes, headers, batching) and exports; `Sampler` reads the sampler's. Switched
 off, the proxy holds `NO_TRACING` and its adapters pay one attribute check (`tracing.on`) per call.
 
-A span is plain data recorded on the event loop (ids from `random.getrandbits`, attributes in a
-dict), handed to the exporter's queue when the call ends: no OpenTelemetry SDK, whose spans cost
-several times the 30 µs a call's span may cost (bench/otel_overhead.py).
+A span is recorded on the event loop with as little as it takes (one `random.getrandbits` for its
+ids; its name, kind and the attributes that repeat from call to call encoded once and cached) and
+written as OTLP protobuf when the call ends, its bytes queued for chaosproxy.otlp's thread: no
+OpenTelemetry SDK, whose spans cost several times the 30 µs a call's span may cost
+(bench/otel_overhead.py). A call the sampler leaves out costs a random number and a comparison.
 
 Spans follow the OpenTelemetry MCP conventions (`tools/call search`, kind CLIENT, `mcp.method.name`,
 `gen_ai.tool.name`, ...) for JSON-RPC requests and the HTTP client conventions for other HTTP calls.
@@ -58,16 +60,20 @@ MAX_TRACESTATE = 512  # W3C: 32 members; a longer header is dropped, not forward
 KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
 MAX_ID64 = (1 << 64) - 1
 CLIENT = KIND["CLIENT"]
+MAX_HEADS = 4096  # encoded span heads kept (one per method, tool, session, upstream...), all forgotten when full
+ROOT_IDS = 0x0A10 << 208 | 0x1208 << 64  # Span.trace_id and span_id's tags around a root span's 192 random bits
+NO_META: Mapping[str, Any] = {}  # a request without params._meta (never written to)
+CONTEXT_HEADER_LENGTHS = frozenset(map(len, ("traceparent", "tracestate", "mcp-protocol-version")))
 
 
 class SpanData:
-    """One span as the loop records it, for chaosproxy.otlp to export: plain fields, ids in lowercase hex,
-    times in ns since the epoch."""
+    """A span other than a call's (a drill run's root, a fault's child), for chaosproxy.otlp to encode:
+    plain fields, ids as raw bytes (b"": no parent), times in ns since the epoch."""
 
     __slots__ = ("name", "kind", "trace_id", "span_id", "parent_id", "trace_state", "start_ns", "end_ns",
                  "attributes", "events", "links", "error")
 
-    def __init__(self, name: str, kind: int, trace_id: str, span_id: str, parent_id: str, trace_state: str,
+    def __init__(self, name: str, kind: int, trace_id: bytes, span_id: bytes, parent_id: bytes, trace_state: str,
                  start_ns: int, attributes: dict[str, Any]) -> None:
         self.name = name
         self.kind = kind
@@ -79,7 +85,7 @@ class SpanData:
         self.end_ns = start_ns
         self.attributes = attributes
         self.events: list[tuple[int, str, dict[str, Any]]] | None = None  # made when one is added
-        self.links: list[tuple[str, str, dict[str, Any]]] | None = None  # (trace id, span id, attributes)
+        self.links: list[tuple[bytes, bytes, dict[str, Any]]] | None = None  # (trace id, span id, attributes)
         self.error: str | None = None  # the status message when the span's status is ERROR
 
 
@@ -175,107 +181,118 @@ class OtlpTracing(Tracing):
     on = True
 
     def __init__(self, *, run_id: str, seed: int, environ: Mapping[str, str] = os.environ) -> None:
-        from chaosproxy.otlp import Exporter, Settings  # imported only when export is on
+        from chaosproxy.otlp import Exporter, Settings, ids  # imported only when export is on
 
         # the run's id and seed on the resource: sent once per batch, not once per span
         self.settings = Settings.from_environment(environ, {"service.version": __version__, "chaosproxy.run_id": run_id,
                                                             "chaosproxy.seed": seed})
         self.sampler = Sampler.from_environment(environ)
         self.exporter = Exporter(self.settings, __version__)
+        self.encoder = self.exporter.encoder
+        self._ids = ids
+        self._root_bound = self.sampler.bound
         self.run_id = run_id
         self.seed = seed
         self._default_parent = parse_traceparent(environ.get("TRACEPARENT"), environ.get("TRACESTATE"))
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
+        self._heads: dict[tuple[Any, ...], bytes] = {}  # what names a call's span -> its encoded head
         ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)", self.settings.endpoint,
                  self.settings.resource["service.name"], self.sampler.description)
 
     def start(self, msg: Message, *, network: str, url: str | None = None,
               session_id: str | None = None) -> dict[str, str]:
-        rpc = msg.rpc if msg.body else None
-        method = params = None
-        meta: dict[str, Any] = {}
-        if rpc is not None:
-            method = rpc.get("method")
-            params = rpc.get("params")
-            if type(params) is dict and type(found := params.get("_meta")) is dict:
-                meta = found
+        header, header_state, version = _context_headers(msg.headers)
+        body = msg.body
+        # a body that cannot name a context in params._meta is parsed only for a span the sampler keeps
+        # (a key may be written with \u escapes: a body with any is parsed)
+        rpc = msg.rpc if body and (msg.parsed or body.find(b'"traceparent"') >= 0 or body.find(b"\\u") >= 0) else None
+        meta = NO_META
+        if rpc is not None and type(params := rpc.get("params")) is dict and type(found := params.get("_meta")) is dict:
+            meta = found
         from_meta = parse_traceparent(meta["traceparent"], meta.get("tracestate")) if "traceparent" in meta else None
-        headers = msg.headers
-        header = headers.get("traceparent")
-        from_header = parse_traceparent(header, headers.get("tracestate")) if header is not None else None
+        from_header = parse_traceparent(header, header_state) if header is not None else None
         parent = from_meta or from_header or self._default_parent
         if parent is None:
-            trace_id = _new_id(128)
-            if not self.sampler.records_roots(trace_id):
+            bits = getrandbits(192)  # the trace id, then the span id
+            if bits >> 64 & MAX_ID64 >= self._root_bound:  # Sampler.records, inlined: most calls may end here
                 return {}  # not recorded: the call goes on untouched
+            if bits < 1 << 64 or not bits & MAX_ID64:  # all zeros is no id (one chance in 2**64)
+                bits |= 1 << 64 | 1
+            span_ids = (ROOT_IDS | bits >> 64 << 80 | bits & MAX_ID64).to_bytes(28, "big")  # chaosproxy.otlp.ids
+            hexed = span_ids.hex()
+            carrier = {"traceparent": f"00-{hexed[4:36]}-{hexed[40:]}-01"}
+            trace_state = ""
         else:
-            trace_id = parent.trace_id
             if not self.sampler.records_child(parent):
                 return {}  # not recorded: the call goes on untouched, the agent's context (and decision) with it
-        attributes: dict[str, Any] = {"network.transport": network}
-        if url is not None:
-            attributes["server.address"], attributes["server.port"] = _server(url)
-        if type(method) is str:
-            name = self._mcp_attributes(attributes, msg, rpc, params, meta, session_id)  # type: ignore[arg-type]
-        elif msg.api is not None:
-            name = _genai_attributes(attributes, msg)
+            span_id = (getrandbits(64) or 1).to_bytes(8, "big")
+            trace_state = parent.trace_state
+            span_ids = self._ids(bytes.fromhex(parent.trace_id), span_id, bytes.fromhex(parent.span_id), trace_state)
+            carrier = {"traceparent": f"00-{parent.trace_id}-{span_id.hex()}-01"}
+            if trace_state:
+                carrier["tracestate"] = trace_state
+        if rpc is None and body:
+            rpc = msg.rpc
+        if rpc is not None and type(method := rpc.get("method")) is str:
+            params = rpc.get("params")
+            head = self._mcp_head(msg, method, params, meta, version, network, url, session_id)
+            span = msg.trace = _Call(self, trace_state, span_ids, head,
+                                     {"jsonrpc.request.id": str(rpc["id"])} if "id" in rpc else {})
+            if params is None or type(params) is dict:  # the MCP carrier: params._meta
+                if params is None:
+                    params = rpc["params"] = {}
+                if meta:  # the agent's context, if any, is replaced by ours
+                    params["_meta"] = {**{key: value for key, value in meta.items()
+                                          if key not in ("traceparent", "tracestate")}, **carrier}
+                else:
+                    params["_meta"] = carrier  # shared with the caller, who only reads it
+                msg.replace(rpc)
         else:
-            name = msg.http_method or "call"
-            attributes["http.request.method"] = msg.http_method
-            if url is not None:
-                attributes["url.full"] = url
-        span = msg.trace = _Call(self, name, trace_id, parent, attributes)
+            head = self._heads.get(key := (network, url, msg.http_method, msg.api, msg.model)) or \
+                self._head(key, *_other_attributes(msg, network, url))
+            span = msg.trace = _Call(self, trace_state, span_ids, head, {})
         if from_meta is not None and from_header is not None and from_header[:2] != from_meta[:2]:
-            span.links = [(from_header.trace_id, from_header.span_id, {"chaosproxy.link": "http.traceparent"})]
-        carrier = {"traceparent": f"00-{trace_id}-{span.span_id}-01"}
-        if span.trace_state:
-            carrier["tracestate"] = span.trace_state
-        if type(method) is str and (params is None or type(params) is dict):  # the MCP carrier: params._meta
-            assert rpc is not None
-            if params is None:
-                params = rpc["params"] = {}
-            if "traceparent" in meta or "tracestate" in meta:  # the agent's context: ours replaces it
-                meta = {key: value for key, value in meta.items() if key not in ("traceparent", "tracestate")}
-            params["_meta"] = {**meta, **carrier}
-            msg.replace(rpc)
+            span.rare().links = [(bytes.fromhex(from_header.trace_id), bytes.fromhex(from_header.span_id),
+                                  {"chaosproxy.link": "http.traceparent"})]
         return carrier if msg.http_method is not None else {}
 
-    def _mcp_attributes(self, attributes: dict[str, Any], msg: Message, rpc: dict[str, Any],
-                        params: Any, meta: dict[str, Any], session_id: str | None) -> str:
-        """The MCP conventions' attributes for a JSON-RPC request; returns the span's name."""
-        method = rpc["method"]
-        attributes["mcp.method.name"] = method
-        target = params.get("name") if isinstance(params, dict) else None
-        target = target if isinstance(target, str) else None
-        if method == "tools/call":
-            attributes["gen_ai.operation.name"] = "execute_tool"
-            if target is not None:
-                attributes["gen_ai.tool.name"] = target
-        elif method == "prompts/get" and target is not None:
-            attributes["gen_ai.prompt.name"] = target
-        else:
+    def _mcp_head(self, msg: Message, method: str, params: Any, meta: Mapping[str, Any], version: str | None,
+                  network: str, url: str | None, session_id: str | None) -> bytes:
+        """The encoded name, kind and MCP attributes of a JSON-RPC request's span, made once for each
+        method, tool, session, protocol version and upstream."""
+        target = params.get("name") if type(params) is dict and method in ("tools/call", "prompts/get") else None
+        if type(target) is not str:
             target = None
-        if "id" in rpc:
-            attributes["jsonrpc.request.id"] = str(rpc["id"])
-        if session_id is not None:
-            attributes["mcp.session.id"] = session_id
-        version = msg.headers.get("MCP-Protocol-Version") or meta.get(META_VERSION)
-        if method == "initialize" and isinstance(params, dict) and isinstance(params.get("protocolVersion"), str):
+        version = version or meta.get(META_VERSION)
+        if method == "initialize" and type(params) is dict and isinstance(params.get("protocolVersion"), str):
             version = self._versions[msg.session] = params["protocolVersion"]
             if len(self._versions) > MAX_SESSIONS:
                 self._versions.popitem(last=False)
-        version = version or self._versions.get(msg.session)
-        if isinstance(version, str):
-            attributes["mcp.protocol.version"] = version
-        return f"{method} {target}" if target is not None else method
+        if not version and self._versions:
+            version = self._versions.get(msg.session)
+        if type(version) is not str:
+            version = None
+        key = (network, url, method, target, session_id, version)
+        head = self._heads.get(key)
+        if head is None:
+            head = self._head(key, *_mcp_attributes(network, url, method, target, session_id, version))
+        return head
+
+    def _head(self, key: tuple[Any, ...], name: str, attributes: dict[str, Any]) -> bytes:
+        if len(self._heads) >= MAX_HEADS:
+            self._heads.clear()
+        head = self._heads[key] = self.encoder.head(name, CLIENT, attributes)
+        return head
 
     def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:
         parent = self._default_parent
-        trace_id = parent.trace_id if parent is not None else _new_id(128)
-        span = SpanData(name, KIND["INTERNAL"], trace_id, _new_id(64), parent.span_id if parent is not None else "",
+        trace_id = bytes.fromhex(parent.trace_id) if parent is not None else _new_id(16)
+        span = SpanData(name, KIND["INTERNAL"], trace_id, _new_id(8),
+                        bytes.fromhex(parent.span_id) if parent is not None else b"",
                         parent.trace_state if parent is not None else "", time.time_ns(),
                         {key: value for key, value in attributes.items() if value is not None})
-        sampled = self.sampler.records_roots(trace_id) if parent is None else self.sampler.records_child(parent)
+        sampled = self.sampler.records(int.from_bytes(trace_id[8:])) if parent is None else \
+            self.sampler.records_child(parent)
         return _RunSpan(self, span, sampled=sampled)
 
     def shutdown(self) -> None:
@@ -334,69 +351,74 @@ class Sampler:
             ratio = 1.0
         return cls(name, ratio)
 
-    def records_roots(self, trace_id: str) -> bool:
-        """Whether a span with no parent, of this trace, is recorded."""
-        return self.bound > MAX_ID64 or int(trace_id[16:], 16) < self.bound
+    def records(self, low_bits: int) -> bool:
+        """Whether a span with no parent is recorded, given the low 64 bits of its trace id."""
+        return low_bits < self.bound
 
     def records_child(self, parent: Parent) -> bool:
         """Whether a span under `parent` (the agent's context) is recorded."""
-        return parent.sampled if self.parent_based else self.records_roots(parent.trace_id)
+        return parent.sampled if self.parent_based else self.records(int(parent.trace_id[16:], 16))
 
 
-class _Call(SpanData, CallTrace):
-    """One call's span (its own data, queued as it is when the call ends), its fault child spans and events."""
+class _Call(CallTrace):
+    """One call's span: what it needs to be encoded when it ends (its ids and head already are), the
+    attributes that vary from call to call, and, made on demand, its faults, child spans, events and links."""
 
-    __slots__ = ("tracing", "faults", "failure", "failed_by", "open_children")
+    __slots__ = ("tracing", "trace_state", "ids", "head", "start_ns", "attributes", "more")
 
-    def __init__(self, tracing: OtlpTracing, name: str, trace_id: str, parent: Parent | None,
+    def __init__(self, tracing: OtlpTracing, trace_state: str, span_ids: bytes, head: bytes,
                  attributes: dict[str, Any]) -> None:
-        if parent is None:
-            super().__init__(name, CLIENT, trace_id, _new_id(64), "", "", time.time_ns(), attributes)
-        else:
-            super().__init__(name, CLIENT, trace_id, _new_id(64), parent.span_id, parent.trace_state, time.time_ns(),
-                             attributes)
         self.tracing = tracing
-        self.faults: list[Mapping[str, Any]] | None = None  # the fired faults' log fields
-        self.failure: str | None = None  # error.type of a fault that failed the call
-        self.failed_by = ""  # and which fault it was
-        self.open_children: list[SpanData] | None = None  # hangs with no release end with the call
+        self.trace_state = trace_state
+        self.ids = span_ids  # encoded (chaosproxy.otlp.ids): the trace id at [2:18], the span id at [20:28]
+        self.head = head  # encoded name, kind and the attributes the call shares with others like it
+        self.start_ns = time.time_ns()
+        self.attributes = attributes  # the others, encoded when the call ends
+        self.more: _Faulted | None = None
+
+    def rare(self) -> _Faulted:
+        if self.more is None:
+            self.more = _Faulted()
+        return self.more
 
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
         attributes = self.attributes
+        more = self.rare()
         fault_type = str(fields.get("fault"))
-        faults = self.faults = [*(self.faults or ()), fields]
+        faults = more.faults = [*more.faults, fields]
         for key, field in (("type", "fault"), ("rule", "rule"), ("component", "component"), ("level", "level")):
             # one string, comma-separated when several fired: trace viewers search strings, not arrays
             attributes[f"chaosproxy.fault.{key}"] = ",".join(str(f.get(field)) for f in faults)
         now = time.time_ns()
-        self.events = [*(self.events or ()), (now, "chaosproxy.fault", _event_attributes(fields))]
+        more.events = [*(more.events or ()), (now, "chaosproxy.fault", _event_attributes(fields))]
         tracing = self.tracing
         attributes["chaosproxy.seed"] = tracing.seed
         attributes["chaosproxy.run_id"] = tracing.run_id
         failure = _failure(action)
         if failure is not None:
-            self.failure = failure
-            self.failed_by = f"chaosproxy fault {fault_type} (rule {fields.get('rule')})"
+            more.failure = failure
+            more.failed_by = f"chaosproxy fault {fault_type} (rule {fields.get('rule')})"
             if isinstance(action, Reply | Rewrite):
                 attributes["rpc.response.status_code"] = failure
-        child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], self.trace_id, _new_id(64), self.span_id,
-                         self.trace_state, now, {
+        child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], self.ids[2:18], _new_id(8),
+                         self.ids[20:28], self.trace_state, now, {
                              "chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get("rule")),
                              "chaosproxy.fault.component": str(fields.get("component")),
                              "chaosproxy.fault.level": str(fields.get("level")),
                              "chaosproxy.fault.action": str(fields.get("action")),
                              "chaosproxy.seed": tracing.seed, "chaosproxy.run_id": tracing.run_id})
         if failure is not None:
-            child.error = self.failed_by
+            child.error = more.failed_by
         waited = _injected_wait(action)
         if waited is None:
-            self.open_children = [*(self.open_children or ()), child]
+            more.open_children.append(child)
         else:
             child.end_ns = now + int(waited * 1e9)
-            tracing.exporter.add(child)
+            tracing.exporter.add(tracing.encoder.span_data(child))
 
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
         attributes = self.attributes
+        more = self.more
         if outcome != "ok":
             attributes["chaosproxy.outcome"] = outcome
         error_type: str | None = None
@@ -404,22 +426,47 @@ class _Call(SpanData, CallTrace):
             attributes["http.response.status_code"] = status
             if status >= 400:
                 error_type = str(status)
-        error = reply.get("error") if reply is not None else None
-        if isinstance(error, dict) and "code" in error:
-            error_type = str(error["code"])
-            attributes["rpc.response.status_code"] = error_type
-        elif reply is not None and isinstance(result := reply.get("result"), dict) and result.get("isError") is True:
-            error_type = error_type or "tool_error"
-        error_type = error_type or self.failure or (outcome if outcome in FAILED_OUTCOMES else None)
+        if reply is not None:
+            error = reply.get("error")
+            if isinstance(error, dict) and "code" in error:
+                error_type = str(error["code"])
+                attributes["rpc.response.status_code"] = error_type
+            elif isinstance(result := reply.get("result"), dict) and result.get("isError") is True:
+                error_type = error_type or "tool_error"
+        if more is not None:
+            error_type = error_type or more.failure
+        error_type = error_type or (outcome if outcome in FAILED_OUTCOMES else None)
+        error: str | None = None
         if error_type is not None:
             attributes["error.type"] = error_type
-            self.error = self.failed_by or outcome
-        self.end_ns = now = time.time_ns()
-        exporter = self.tracing.exporter
-        for child in self.open_children or ():
+            error = (more.failed_by if more is not None else "") or outcome
+        now = time.time_ns()
+        tracing = self.tracing
+        encoder, exporter = tracing.encoder, tracing.exporter
+        if more is None:
+            exporter.add(encoder.span(self.ids, self.head, self.start_ns, now, encoder.attributes(attributes),
+                                      error=error))
+            return
+        for child in more.open_children:
             child.end_ns = now
-            exporter.add(child)
-        exporter.add(self)
+            exporter.add(encoder.span_data(child))
+        exporter.add(encoder.span(self.ids, self.head, self.start_ns, now, encoder.attributes(attributes),
+                                  more.events, more.links, error))
+
+
+class _Faulted:
+    """What few calls have: faults that fired on it (their log fields), the events and child spans they
+    made, the link to a second context the agent gave."""
+
+    __slots__ = ("faults", "failure", "failed_by", "open_children", "events", "links")
+
+    def __init__(self) -> None:
+        self.faults: list[Mapping[str, Any]] = []
+        self.failure: str | None = None  # error.type of a fault that failed the call
+        self.failed_by = ""  # and which fault it was
+        self.open_children: list[SpanData] = []  # hangs with no release end with the call
+        self.events: list[tuple[int, str, Mapping[str, Any]]] | None = None
+        self.links: list[tuple[bytes, bytes, Mapping[str, Any]]] | None = None
 
 
 class _RunSpan(RunSpan):
@@ -427,8 +474,8 @@ class _RunSpan(RunSpan):
         self.tracing = tracing
         self.span = span
         self.sampled = sampled
-        self.trace_id = span.trace_id
-        self.traceparent = f"00-{span.trace_id}-{span.span_id}-{'01' if sampled else '00'}"
+        self.trace_id = span.trace_id.hex()
+        self.traceparent = f"00-{self.trace_id}-{span.span_id.hex()}-{'01' if sampled else '00'}"
 
     def environment(self, baggage: Mapping[str, Any]) -> dict[str, str]:
         """TRACEPARENT and BAGGAGE (W3C formats) for the run's agent and proxy."""
@@ -445,7 +492,7 @@ class _RunSpan(RunSpan):
             span.error = f"the run {status}"
         span.end_ns = time.time_ns()
         if self.sampled:
-            self.tracing.exporter.add(span)
+            self.tracing.exporter.add(self.tracing.encoder.span_data(span))
 
 
 @functools.lru_cache(maxsize=256)
@@ -455,9 +502,61 @@ def _server(url: str) -> tuple[str | None, int]:
     return server.hostname, server.port or (443 if server.scheme == "https" else 80)
 
 
-def _new_id(bits: int) -> str:
-    """A random trace (128 bits) or span (64 bits) id in hex, never all zeros."""
-    return f"{getrandbits(bits) or 1:0{bits // 4}x}"
+def _new_id(size: int) -> bytes:
+    """A random trace (16 bytes) or span (8 bytes) id, never all zeros."""
+    return (getrandbits(size * 8) or 1).to_bytes(size, "big")
+
+
+def _context_headers(headers: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """The `traceparent`, `tracestate` and `MCP-Protocol-Version` headers (the first of each), in one
+    pass over the raw pairs when the adapter's headers have them (adapters.http.HeaderView)."""
+    pairs = getattr(headers, "pairs", None)
+    if pairs is None:
+        return headers.get("traceparent"), headers.get("tracestate"), headers.get("MCP-Protocol-Version")
+    traceparent = tracestate = version = None
+    for key, value in pairs:
+        if len(key) in CONTEXT_HEADER_LENGTHS:
+            key = key.lower()
+            if key == b"traceparent":
+                traceparent = traceparent or value.decode("latin-1")
+            elif key == b"tracestate":
+                tracestate = tracestate or value.decode("latin-1")
+            elif key == b"mcp-protocol-version":
+                version = version or value.decode("latin-1")
+    return traceparent, tracestate, version
+
+
+def _mcp_attributes(network: str, url: str | None, method: str, target: str | None, session_id: str | None,
+                    version: str | None) -> tuple[str, dict[str, Any]]:
+    """The MCP conventions' name and attributes of a JSON-RPC request's span (but its request id)."""
+    attributes: dict[str, Any] = {"network.transport": network}
+    if url is not None:
+        attributes["server.address"], attributes["server.port"] = _server(url)
+    attributes["mcp.method.name"] = method
+    if method == "tools/call":
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        if target is not None:
+            attributes["gen_ai.tool.name"] = target
+    elif method == "prompts/get" and target is not None:
+        attributes["gen_ai.prompt.name"] = target
+    if session_id is not None:
+        attributes["mcp.session.id"] = session_id
+    if version is not None:
+        attributes["mcp.protocol.version"] = version
+    return (f"{method} {target}" if target is not None else method), attributes
+
+
+def _other_attributes(msg: Message, network: str, url: str | None) -> tuple[str, dict[str, Any]]:
+    """The name and attributes of a model-API call's span (GenAI conventions) or a plain HTTP call's."""
+    attributes: dict[str, Any] = {"network.transport": network}
+    if url is not None:
+        attributes["server.address"], attributes["server.port"] = _server(url)
+    if msg.api is not None:
+        return _genai_attributes(attributes, msg), attributes
+    attributes["http.request.method"] = msg.http_method
+    if url is not None:
+        attributes["url.full"] = url
+    return msg.http_method or "call", attributes
 
 
 def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:

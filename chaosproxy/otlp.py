@@ -1,11 +1,10 @@
 """OTLP/HTTP export of the proxy's spans: a bounded queue, a batching thread, protobuf written by hand.
 
 Why not the OpenTelemetry SDK: it costs ~50 µs of CPU for an empty span and its OTLP encoder as
-much again, four times what the proxy may spend on a call's span (bench/otel_overhead.py). Here
-the event loop only appends a finished span (plain data, chaosproxy.otel.SpanData) to a deque; a daemon thread
-takes them in batches, writes the OTLP protobuf (the few message types of
-opentelemetry/proto/trace/v1/trace.proto, attributes that repeat from span to span encoded once)
-and POSTs it. A full queue drops the span and counts it: the loop never waits for the exporter.
+much again, four times what the proxy may spend on a call's span (bench/otel_overhead.py). Here a
+span is written as OTLP protobuf when it ends (`Encoder`: what repeats from call to call is encoded
+once) and its bytes appended to a deque; a daemon thread takes them in batches and POSTs them. A
+full queue drops the span and counts it: the loop never waits for the exporter.
 
 The standard variables are honoured (read once, at start): the endpoint
 (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`),
@@ -92,24 +91,26 @@ class Exporter:
         self.dropped = 0  # spans a full queue turned away
         self.failed = 0  # spans the collector did not take (unreachable, or an error status)
         self.exported = 0
-        self._queue: deque[SpanData] = deque()
+        self._queue: deque[bytes] = deque()  # encoded spans (Encoder.span)
+        self._max_queue = settings.max_queue
+        self._max_batch = settings.max_batch
         self._wake = threading.Event()
         self._stopping = False
-        self._encoder = Encoder(settings.resource, scope_version)
+        self.encoder = Encoder(settings.resource, scope_version)  # used by the loop as spans end
         self._url = urlsplit(settings.endpoint)
         self._connection: http.client.HTTPConnection | None = None
         self._last_warning = -WARN_EVERY_S
         self._thread = threading.Thread(target=self._run, name="chaosproxy-otlp", daemon=True)
         self._thread.start()
 
-    def add(self, span: SpanData) -> None:
-        """Queue a finished span; when the queue is full it is dropped (and counted), never waited for."""
+    def add(self, span: bytes) -> None:
+        """Queue a finished span (from `Encoder.span`); a full queue drops it (counted), never waits."""
         queue = self._queue
-        if len(queue) >= self.settings.max_queue:
+        if len(queue) >= self._max_queue:
             self.dropped += 1
             return
         queue.append(span)
-        if len(queue) == self.settings.max_batch:
+        if len(queue) == self._max_batch:
             self._wake.set()
 
     def shutdown(self) -> None:
@@ -133,14 +134,14 @@ class Exporter:
         if self._connection is not None:
             self._connection.close()
 
-    def _take(self) -> list[SpanData]:
+    def _take(self) -> list[bytes]:
         queue, batch = self._queue, []
-        for _ in range(min(len(queue), self.settings.max_batch)):
+        for _ in range(min(len(queue), self._max_batch)):
             batch.append(queue.popleft())
         return batch
 
-    def _export(self, batch: list[SpanData]) -> None:
-        body = self._encoder.request(batch)
+    def _export(self, batch: list[bytes]) -> None:
+        body = self.encoder.request(batch)
         headers = {**self.settings.headers, "Content-Type": "application/x-protobuf"}
         if self.settings.gzip:
             body = gzip.compress(body, 6)
@@ -176,7 +177,7 @@ class Exporter:
             self._connection.close()
             self._connection = None
 
-    def _lost(self, batch: list[SpanData], reason: str) -> None:
+    def _lost(self, batch: list[bytes], reason: str) -> None:
         self.failed += len(batch)
         now = time.monotonic()
         if now - self._last_warning >= WARN_EVERY_S:
@@ -185,23 +186,31 @@ class Exporter:
 
 
 class Encoder:
-    """ExportTraceServiceRequest protobuf for a batch of spans, one resource and one scope."""
+    """OTLP protobuf (the few message types of opentelemetry/proto/trace/v1/trace.proto), written as
+    each span ends: the queue then holds bytes (nothing for the GC to walk), and the exporter's thread
+    has only a join and a POST left. A Span's fields go in any order (protobuf allows it), so a call's
+    name, kind and the attributes that repeat from call to call are one cached block (`head`)."""
 
     def __init__(self, resource: Mapping[str, Any], scope_version: str) -> None:
-        self._cache: dict[str, dict[Any, bytes]] = {}  # attribute key -> value -> encoded
+        self._cache: dict[str, dict[Any, bytes]] = {}  # span attribute key -> value -> encoded
         self._names: dict[tuple[str, int], bytes] = {}
-        resource_message = b"".join(_attribute(key, value) for key, value in resource.items() if value is not None)
+        resource_message = b"".join(_field(1, _key_value(key, value)) for key, value in resource.items()
+                                    if value is not None)
         scope = _field(1, SCOPE.encode()) + _field(2, scope_version.encode())
         self._resource = _field(1, resource_message)  # ResourceSpans.resource
         self._scope = _field(1, scope)  # ScopeSpans.scope
 
-    def request(self, spans: list[SpanData]) -> bytes:
-        encoded = b"".join([_field(2, self._span(span)) for span in spans])  # ScopeSpans.spans
-        resource_spans = self._resource + _field(2, self._scope + encoded)
+    def request(self, spans: list[bytes]) -> bytes:
+        """An ExportTraceServiceRequest for spans from `span` (each a ScopeSpans.spans field already)."""
+        resource_spans = self._resource + _field(2, self._scope + b"".join(spans))
         return _field(1, resource_spans)  # ExportTraceServiceRequest.resource_spans
 
-    def _attributes(self, number: int, attributes: Mapping[str, Any]) -> bytes:
-        """The attributes as repeated field `number`; a key's values seen before are not encoded again."""
+    def head(self, name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
+        """Span.name, Span.kind and `attributes` (Span.attributes), for `span` to take as they are."""
+        return _field(5, name.encode()) + b"\x30" + _varint(kind) + self.attributes(attributes)
+
+    def attributes(self, attributes: Mapping[str, Any]) -> bytes:
+        """`attributes` as Span.attributes; a key's values seen before are not encoded again."""
         parts = []
         for key, value in attributes.items():
             values = self._cache.get(key)
@@ -210,41 +219,65 @@ class Encoder:
             kind = type(value)  # in the key: True == 1 == 1.0, encoded three ways
             cached = values.get((kind, value) if kind is not str else value)
             if cached is None:
-                cached = _field(number, _key_value(key, value))
-                if len(values) >= MAX_CACHED:  # a key whose values do not repeat (a request id)
+                cached = _field(9, _key_value(key, value))
+                if len(values) >= MAX_CACHED:  # a key whose values do not repeat
                     values.clear()
                 values[(kind, value) if kind is not str else value] = cached
             parts.append(cached)
         return b"".join(parts)
 
-    def _span(self, span: SpanData) -> bytes:
-        parts = [b"\x0a\x10", bytes.fromhex(span.trace_id), b"\x12\x08", bytes.fromhex(span.span_id)]
-        if span.trace_state:
-            parts.append(_field(3, span.trace_state.encode()))
-        if span.parent_id:
-            parts += (b"\x22\x08", bytes.fromhex(span.parent_id))
-        name_and_kind = self._names.get((span.name, span.kind))
-        if name_and_kind is None:  # Span.name, Span.kind: a few of them, again and again
-            name_and_kind = _field(5, span.name.encode()) + b"\x30" + _varint(span.kind)
+    def span(self, ids: bytes, head: bytes, start_ns: int, end_ns: int, attributes: bytes = b"",
+             events: list[tuple[int, str, Mapping[str, Any]]] | None = None,
+             links: list[tuple[bytes, bytes, Mapping[str, Any]]] | None = None, error: str | None = None) -> bytes:
+        """A Span as a ScopeSpans.spans field: `ids` from `ids`, `head` from `head`, more `attributes`
+        (encoded), events (time, name, attributes), links (trace id, span id, attributes) and the
+        status message of a span that failed."""
+        rare = self._rare(events, links, error) if events or links or error is not None else b""
+        size = len(ids) + len(head) + TIMES.size + len(attributes) + len(rare)
+        return b"".join((b"\x12", _varint(size), ids, head, TIMES.pack(0x39, start_ns, 0x41, end_ns), attributes, rare))
+
+    def span_data(self, span: SpanData) -> bytes:
+        """`span` as a ScopeSpans.spans field (a drill run's root span, a fault's child span)."""
+        head = self._names.get((span.name, span.kind))
+        if head is None:  # Span.name, Span.kind: a few of them, again and again
             if len(self._names) >= MAX_CACHED:
                 self._names.clear()
-            self._names[span.name, span.kind] = name_and_kind
-        parts += (name_and_kind, TIMES.pack(0x39, span.start_ns, 0x41, span.end_ns),
-                  self._attributes(9, span.attributes))
-        for time_ns, name, attributes in span.events or ():  # Span.events
+            head = self._names[span.name, span.kind] = _field(5, span.name.encode()) + b"\x30" + _varint(span.kind)
+        return self.span(ids(span.trace_id, span.span_id, span.parent_id, span.trace_state), head, span.start_ns,
+                         span.end_ns, self.attributes(span.attributes), span.events, span.links, span.error)
+
+    def _rare(self, events: list[tuple[int, str, Mapping[str, Any]]] | None,
+              links: list[tuple[bytes, bytes, Mapping[str, Any]]] | None, error: str | None) -> bytes:
+        parts = []
+        for time_ns, name, attributes in events or ():  # Span.events
             parts.append(_field(11, b"\x09" + struct.pack("<Q", time_ns) + _field(2, name.encode())
-                                + self._attributes(3, attributes)))
-        for trace_id, span_id, attributes in span.links or ():  # Span.links
-            parts.append(_field(13, b"\x0a\x10" + bytes.fromhex(trace_id) + b"\x12\x08" + bytes.fromhex(span_id)
-                                + self._attributes(4, attributes)))
-        if span.error is not None:  # Status{message, code=ERROR}
-            parts.append(_field(15, _field(2, span.error.encode()) + b"\x18" + _varint(ERROR)))
+                                + _plain_attributes(3, attributes)))
+        for trace_id, span_id, attributes in links or ():  # Span.links
+            parts.append(_field(13, b"\x0a\x10" + trace_id + b"\x12\x08" + span_id + _plain_attributes(4, attributes)))
+        if error is not None:  # Status{message, code=ERROR}
+            parts.append(_field(15, _field(2, error.encode()) + b"\x18" + _varint(ERROR)))
         return b"".join(parts)
+
+
+def ids(trace_id: bytes, span_id: bytes, parent_id: bytes = b"", trace_state: str = "") -> bytes:
+    """Span.trace_id, span_id, trace_state and parent_span_id (ids as 16 and 8 raw bytes; b"": no parent).
+    chaosproxy.otel writes a root span's (no trace state, no parent) itself, from one random number."""
+    encoded = b"\x0a\x10" + trace_id + b"\x12\x08" + span_id
+    if trace_state:
+        encoded += _field(3, trace_state.encode())
+    return encoded + b"\x22\x08" + parent_id if parent_id else encoded
+
+
+def _plain_attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
+    """Attributes as repeated field `number` (an event's, a link's: rare, not cached)."""
+    return b"".join(_field(number, _key_value(key, value)) for key, value in attributes.items())
 
 
 def _varint(number: int) -> bytes:
     if 0 <= number < 0x80:
         return SMALL[number]
+    if 0 < number < 0x4000:  # a span's length, mostly
+        return bytes((number & 0x7F | 0x80, number >> 7))
     number &= 0xFFFF_FFFF_FFFF_FFFF  # int64: negatives as two's complement, ten bytes
     out = bytearray()
     while number > 0x7F:
@@ -270,11 +303,6 @@ def _key_value(key: str, value: Any) -> bytes:
     else:
         any_value = _field(1, str(value).encode())
     return _field(1, key.encode()) + _field(2, any_value)
-
-
-def _attribute(key: str, value: Any) -> bytes:
-    """A KeyValue as a repeated field 1 (Resource.attributes)."""
-    return _field(1, _key_value(key, value))
 
 
 def _pairs(text: str, variable: str) -> dict[str, str]:
