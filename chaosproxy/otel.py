@@ -7,9 +7,9 @@ off, the proxy holds `NO_TRACING` and its adapters pay one attribute check (`tra
 
 A span is recorded on the event loop with as little as it takes (one `random.getrandbits` for its
 ids; its name, kind and the attributes that repeat from call to call encoded once and cached) and
-written as OTLP protobuf when the call ends, its bytes queued for chaosproxy.otlp's thread: no
-OpenTelemetry SDK, whose spans cost several times the 30 µs a call's span may cost
-(bench/otel_overhead.py). A call the sampler leaves out costs a random number and a comparison.
+queued when the call ends, for chaosproxy.otlp's thread to encode and send: no OpenTelemetry SDK,
+whose spans cost several times the 30 µs a call's span may cost (bench/otel_overhead.py). A call
+the sampler leaves out costs a random number and a comparison.
 
 Spans follow the OpenTelemetry MCP conventions (`tools/call search`, kind CLIENT, `mcp.method.name`,
 `gen_ai.tool.name`, ...) for JSON-RPC requests and the HTTP client conventions for other HTTP calls.
@@ -46,6 +46,7 @@ from chaosproxy.log import ops
 
 if TYPE_CHECKING:
     from chaosproxy.message import Message
+    from chaosproxy.otlp import Encoder
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests carry their version here
@@ -87,6 +88,9 @@ class SpanData:
         self.events: list[tuple[int, str, dict[str, Any]]] | None = None  # made when one is added
         self.links: list[tuple[bytes, bytes, dict[str, Any]]] | None = None  # (trace id, span id, attributes)
         self.error: str | None = None  # the status message when the span's status is ERROR
+
+    def encoded(self, encoder: Encoder) -> bytes:
+        return encoder.span_data(self)
 
 
 class CallTrace:
@@ -191,6 +195,7 @@ class OtlpTracing(Tracing):
         self.encoder = self.exporter.encoder
         self._ids = ids
         self._root_bound = self.sampler.bound
+        self._records_roots = self.sampler.bound > MAX_ID64  # every call without a context
         self.run_id = run_id
         self.seed = seed
         self._default_parent = parse_traceparent(environ.get("TRACEPARENT"), environ.get("TRACESTATE"))
@@ -203,9 +208,10 @@ class OtlpTracing(Tracing):
               session_id: str | None = None) -> dict[str, str]:
         header, header_state, version = _context_headers(msg.headers)
         body = msg.body
-        # a body that cannot name a context in params._meta is parsed only for a span the sampler keeps
-        # (a key may be written with \u escapes: a body with any is parsed)
-        rpc = msg.rpc if body and (msg.parsed or body.find(b'"traceparent"') >= 0 or body.find(b"\\u") >= 0) else None
+        # when the sampler may leave calls out, a body that cannot name a context in params._meta is parsed
+        # only for a span the sampler keeps (a key may be written with \u escapes: a body with any is parsed)
+        rpc = msg.rpc if body and (self._records_roots or msg.parsed or body.find(b'"traceparent"') >= 0
+                                   or body.find(b"\\u") >= 0) else None
         meta = NO_META
         if rpc is not None and type(params := rpc.get("params")) is dict and type(found := params.get("_meta")) is dict:
             meta = found
@@ -364,7 +370,7 @@ class _Call(CallTrace):
     """One call's span: what it needs to be encoded when it ends (its ids and head already are), the
     attributes that vary from call to call, and, made on demand, its faults, child spans, events and links."""
 
-    __slots__ = ("tracing", "trace_state", "ids", "head", "start_ns", "attributes", "more")
+    __slots__ = ("tracing", "trace_state", "ids", "head", "start_ns", "end_ns", "attributes", "more", "error")
 
     def __init__(self, tracing: OtlpTracing, trace_state: str, span_ids: bytes, head: bytes,
                  attributes: dict[str, Any]) -> None:
@@ -373,8 +379,10 @@ class _Call(CallTrace):
         self.ids = span_ids  # encoded (chaosproxy.otlp.ids): the trace id at [2:18], the span id at [20:28]
         self.head = head  # encoded name, kind and the attributes the call shares with others like it
         self.start_ns = time.time_ns()
-        self.attributes = attributes  # the others, encoded when the call ends
+        self.end_ns = 0  # set when the call ends: then the exporter's thread has it, nothing changes
+        self.attributes = attributes  # the others
         self.more: _Faulted | None = None
+        self.error: str | None = None  # the status message when the span's status is ERROR
 
     def rare(self) -> _Faulted:
         if self.more is None:
@@ -382,6 +390,8 @@ class _Call(CallTrace):
         return self.more
 
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
+        if self.end_ns:
+            return  # too late for this span: it is the exporter's
         attributes = self.attributes
         more = self.rare()
         fault_type = str(fields.get("fault"))
@@ -414,9 +424,11 @@ class _Call(CallTrace):
             more.open_children.append(child)
         else:
             child.end_ns = now + int(waited * 1e9)
-            tracing.exporter.add(tracing.encoder.span_data(child))
+            tracing.exporter.add(child)
 
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
+        if self.end_ns:
+            return
         attributes = self.attributes
         more = self.more
         if outcome != "ok":
@@ -436,22 +448,22 @@ class _Call(CallTrace):
         if more is not None:
             error_type = error_type or more.failure
         error_type = error_type or (outcome if outcome in FAILED_OUTCOMES else None)
-        error: str | None = None
         if error_type is not None:
             attributes["error.type"] = error_type
-            error = (more.failed_by if more is not None else "") or outcome
-        now = time.time_ns()
-        tracing = self.tracing
-        encoder, exporter = tracing.encoder, tracing.exporter
-        if more is None:
-            exporter.add(encoder.span(self.ids, self.head, self.start_ns, now, encoder.attributes(attributes),
-                                      error=error))
-            return
-        for child in more.open_children:
-            child.end_ns = now
-            exporter.add(encoder.span_data(child))
-        exporter.add(encoder.span(self.ids, self.head, self.start_ns, now, encoder.attributes(attributes),
-                                  more.events, more.links, error))
+            self.error = (more.failed_by if more is not None else "") or outcome
+        self.end_ns = now = time.time_ns()
+        exporter = self.tracing.exporter
+        if more is not None:
+            for child in more.open_children:
+                child.end_ns = now
+                exporter.add(child)
+        exporter.add(self)
+
+    def encoded(self, encoder: Encoder) -> bytes:
+        more = self.more
+        return encoder.span(self.ids, self.head, self.start_ns, self.end_ns, encoder.attributes(self.attributes),
+                            more.events if more is not None else None, more.links if more is not None else None,
+                            self.error)
 
 
 class _Faulted:
@@ -492,7 +504,7 @@ class _RunSpan(RunSpan):
             span.error = f"the run {status}"
         span.end_ns = time.time_ns()
         if self.sampled:
-            self.tracing.exporter.add(self.tracing.encoder.span_data(span))
+            self.tracing.exporter.add(span)
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,10 +1,12 @@
 """OTLP/HTTP export of the proxy's spans: a bounded queue, a batching thread, protobuf written by hand.
 
 Why not the OpenTelemetry SDK: it costs ~50 µs of CPU for an empty span and its OTLP encoder as
-much again, four times what the proxy may spend on a call's span (bench/otel_overhead.py). Here a
-span is written as OTLP protobuf when it ends (`Encoder`: what repeats from call to call is encoded
-once) and its bytes appended to a deque; a daemon thread takes them in batches and POSTs them. A
-full queue drops the span and counts it: the loop never waits for the exporter.
+much again, four times what the proxy may spend on a call's span (bench/otel_overhead.py). Here the
+event loop appends a finished span (chaosproxy.otel's plain data, what repeats from call to call
+encoded once already) to a deque; a daemon thread takes them in batches, writes the OTLP protobuf
+(`Encoder`) and POSTs it. Encoding a batch in one go costs less CPU than a span at a time among the
+loop's other work (its code and data stay in the CPU's caches). A full queue drops the span and
+counts it: the loop never waits for the exporter.
 
 The standard variables are honoured (read once, at start): the endpoint
 (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`),
@@ -23,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from chaosproxy.log import ops
@@ -83,6 +85,14 @@ class Settings:
         )
 
 
+class Finished(Protocol):
+    """A finished span, as the exporter takes it: encoded by the exporter's thread."""
+
+    def encoded(self, encoder: Encoder) -> bytes:
+        """The span as a ScopeSpans.spans field (`Encoder.span`)."""
+        ...
+
+
 class Exporter:
     """Finished spans in, OTLP/HTTP out: `add` on the loop (never blocks), a thread batches and posts."""
 
@@ -91,20 +101,20 @@ class Exporter:
         self.dropped = 0  # spans a full queue turned away
         self.failed = 0  # spans the collector did not take (unreachable, or an error status)
         self.exported = 0
-        self._queue: deque[bytes] = deque()  # encoded spans (Encoder.span)
+        self._queue: deque[Finished] = deque()
         self._max_queue = settings.max_queue
         self._max_batch = settings.max_batch
         self._wake = threading.Event()
         self._stopping = False
-        self.encoder = Encoder(settings.resource, scope_version)  # used by the loop as spans end
+        self.encoder = Encoder(settings.resource, scope_version)
         self._url = urlsplit(settings.endpoint)
         self._connection: http.client.HTTPConnection | None = None
         self._last_warning = -WARN_EVERY_S
         self._thread = threading.Thread(target=self._run, name="chaosproxy-otlp", daemon=True)
         self._thread.start()
 
-    def add(self, span: bytes) -> None:
-        """Queue a finished span (from `Encoder.span`); a full queue drops it (counted), never waits."""
+    def add(self, span: Finished) -> None:
+        """Queue a finished span; a full queue drops it (counted), never waits."""
         queue = self._queue
         if len(queue) >= self._max_queue:
             self.dropped += 1
@@ -134,14 +144,15 @@ class Exporter:
         if self._connection is not None:
             self._connection.close()
 
-    def _take(self) -> list[bytes]:
+    def _take(self) -> list[Finished]:
         queue, batch = self._queue, []
         for _ in range(min(len(queue), self._max_batch)):
             batch.append(queue.popleft())
         return batch
 
-    def _export(self, batch: list[bytes]) -> None:
-        body = self.encoder.request(batch)
+    def _export(self, batch: list[Finished]) -> None:
+        encoder = self.encoder
+        body = encoder.request([span.encoded(encoder) for span in batch])
         headers = {**self.settings.headers, "Content-Type": "application/x-protobuf"}
         if self.settings.gzip:
             body = gzip.compress(body, 6)
@@ -177,7 +188,7 @@ class Exporter:
             self._connection.close()
             self._connection = None
 
-    def _lost(self, batch: list[bytes], reason: str) -> None:
+    def _lost(self, batch: list[Finished], reason: str) -> None:
         self.failed += len(batch)
         now = time.monotonic()
         if now - self._last_warning >= WARN_EVERY_S:
@@ -186,13 +197,13 @@ class Exporter:
 
 
 class Encoder:
-    """OTLP protobuf (the few message types of opentelemetry/proto/trace/v1/trace.proto), written as
-    each span ends: the queue then holds bytes (nothing for the GC to walk), and the exporter's thread
-    has only a join and a POST left. A Span's fields go in any order (protobuf allows it), so a call's
-    name, kind and the attributes that repeat from call to call are one cached block (`head`)."""
+    """OTLP protobuf: the few message types of opentelemetry/proto/trace/v1/trace.proto. A Span's
+    fields go in any order (protobuf allows it), so a call's name, kind and the attributes that repeat
+    from call to call can be one block encoded once (`head`, called on the loop); the rest is called
+    by the exporter's thread alone (its caches are not shared)."""
 
     def __init__(self, resource: Mapping[str, Any], scope_version: str) -> None:
-        self._cache: dict[str, dict[Any, bytes]] = {}  # span attribute key -> value -> encoded
+        self._cache: dict[tuple[str, Any, type], bytes] = {}  # (key, value, its type) -> encoded
         self._names: dict[tuple[str, int], bytes] = {}
         resource_message = b"".join(_field(1, _key_value(key, value)) for key, value in resource.items()
                                     if value is not None)
@@ -205,24 +216,21 @@ class Encoder:
         resource_spans = self._resource + _field(2, self._scope + b"".join(spans))
         return _field(1, resource_spans)  # ExportTraceServiceRequest.resource_spans
 
-    def head(self, name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
+    @staticmethod
+    def head(name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
         """Span.name, Span.kind and `attributes` (Span.attributes), for `span` to take as they are."""
-        return _field(5, name.encode()) + b"\x30" + _varint(kind) + self.attributes(attributes)
+        return _field(5, name.encode()) + b"\x30" + _varint(kind) + _plain_attributes(9, attributes)
 
     def attributes(self, attributes: Mapping[str, Any]) -> bytes:
-        """`attributes` as Span.attributes; a key's values seen before are not encoded again."""
+        """`attributes` as Span.attributes; an attribute seen before is not encoded again."""
+        cache = self._cache
         parts = []
         for key, value in attributes.items():
-            values = self._cache.get(key)
-            if values is None:
-                values = self._cache[key] = {}
-            kind = type(value)  # in the key: True == 1 == 1.0, encoded three ways
-            cached = values.get((kind, value) if kind is not str else value)
+            cached = cache.get(item := (key, value, type(value)))  # the type: True == 1 == 1.0, encoded three ways
             if cached is None:
-                cached = _field(9, _key_value(key, value))
-                if len(values) >= MAX_CACHED:  # a key whose values do not repeat
-                    values.clear()
-                values[(kind, value) if kind is not str else value] = cached
+                if len(cache) >= MAX_CACHED:  # values that do not repeat (request ids) fill it
+                    cache.clear()
+                cached = cache[item] = _field(9, _key_value(key, value))
             parts.append(cached)
         return b"".join(parts)
 
