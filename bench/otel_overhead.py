@@ -2,10 +2,11 @@
 """What OpenTelemetry export costs the proxy: MCP tools/call round trips with tracing off and on.
 
     flock /tmp/chaosproxy-bench.lock .venv/bin/python bench/otel_overhead.py [--rounds 6] [--seconds 3]
-        [--before COMMIT]
+        [--before COMMIT] [--compare COMMIT]
 
 Targets, side by side in each round: `before` (chaosproxy as of COMMIT, before OpenTelemetry existed,
-taken with `git archive`; skipped without --before), `off` (this chaosproxy, no OTEL_* variable: the
+taken with `git archive`; skipped without --before), `on@COMMIT` (chaosproxy as of another COMMIT with
+export on, to compare two versions of the export; skipped without --compare), `off` (this chaosproxy, no OTEL_* variable: the
 exporter is never imported), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set: a span per call, batched and sent
 as OTLP/HTTP protobuf by the exporter's thread to a local sink that decodes and counts what it gets),
 `on-10%` (the same with OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1: one call in ten
@@ -119,13 +120,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--before", metavar="COMMIT", help="also measure chaosproxy as of this commit")
+    parser.add_argument("--compare", metavar="COMMIT", help="also measure this commit's chaosproxy, export on")
     parser.add_argument("--out", type=Path, default=Path(f"/tmp/chaosproxy-bench-otel-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--sink", type=int, help=argparse.SUPPRESS)  # run as the OTLP sink on this port
     args = parser.parse_args()
     if args.sink:
         sink(args.sink)
         return 0
-    targets = [*(["before"] if args.before else []), "off", "on", "on-10%"]
+    compared = f"on@{args.compare}" if args.compare else None
+    targets = [*(["before"] if args.before else []), "off", "on", "on-10%", *([compared] if compared else [])]
     (args.out / "raw").mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     plain = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "CHAOSPROXY_"))}
@@ -142,9 +145,13 @@ def main() -> int:
                         "on": {**plain, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sport}"}}
         environments["on-10%"] = {**environments["on"], "OTEL_TRACES_SAMPLER": "traceidratio",
                                   "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+        if compared:
+            environments[compared] = {**environments["on"],
+                                      "PYTHONPATH": str(source_of(args.compare, args.out / "compared"))}
         pids: dict[str, int | None] = {}
         for target in targets:
-            argv = [CHAOS if target != "before" else PY, *(["-m", "chaosproxy"] if target == "before" else []),
+            other = target in ("before", compared)  # -P: the package from PYTHONPATH, not the one in the cwd
+            argv = [*([PY, "-P", "-m", "chaosproxy"] if other else [CHAOS]),
                     "run", "--upstream", f"http://127.0.0.1:{uport}", "--listen", f"127.0.0.1:{ports[target]}",
                     "--log", "/dev/null"]
             proc = procs.start(target, argv, env=environments[target])
@@ -159,7 +166,8 @@ def main() -> int:
                 c1[target].append(bench.wrk(target, "c1", 1, 1, args.seconds, "wrk_mcp.lua", "/mcp"))
                 c16[target].append(bench.wrk(target, "c16", 2, 16, args.seconds, "wrk_mcp.lua", "/mcp"))
         time.sleep(6)  # the exporter sends a batch every 5 s
-        requests_on = sum(run["requests"] for target in ("on", "on-10%") for run in c1[target] + c16[target])
+        exporting = [target for target in targets if target.startswith("on")]
+        requests_on = sum(run["requests"] for target in exporting for run in c1[target] + c16[target])
         spans = spans_received(sport)
         isolated = {"on": in_process(sport, None), "on-10%": in_process(sport, "0.1")}
     finally:
@@ -184,7 +192,7 @@ def main() -> int:
     lines.append(f"\nthe span alone, in a process of its own (record, encode, send; best of 8): "
                  f"{isolated['on']:.1f} µs per call; sampled 1 in 10: {isolated['on-10%']:.1f} µs")
     added = rows["on"]["cpu_vs_off"]
-    lines.append(f"\nspans received by the sink: {spans} for {requests_on} calls through `on` and `on-10%`")
+    lines.append(f"\nspans received by the sink: {spans} for {requests_on} calls through {', '.join(exporting)}")
     table = "\n".join(lines)
     print(table)
     (args.out / "summary.md").write_text(table + "\n")
