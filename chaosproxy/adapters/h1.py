@@ -47,7 +47,7 @@ class Head:
     """
 
     __slots__ = ("method", "target", "status", "reason", "version", "headers", "length", "chunked",
-                 "keep_alive", "upgrade", "expect_continue", "hop", "forward", "watched")
+                 "keep_alive", "upgrade", "expect_continue", "hop", "forward", "watched", "plain")
 
     def __init__(self, headers: Headers, version: str, keep_alive: bool,
                  special: frozenset[bytes] = RESPONSE_SPECIAL, watch: bytes = b"\0") -> None:
@@ -65,6 +65,7 @@ class Head:
         self.watched: bytes | None = None
         hop = HOP_BY_HOP
         forward: Headers = []
+        plain = 0  # counts what keeps the head from going on as written: hop-by-hop headers, repeats
         for pair in headers:
             lower = pair[0].lower()
             if lower not in special:
@@ -72,10 +73,15 @@ class Head:
                 continue
             value = pair[1]
             if lower == b"content-length":
+                plain += 2 if self.length is not None else 0
                 self.length = int(value) if value.strip().isdigit() else None
+            elif lower == b"host":
+                plain += 1  # the first is free (see below)
             elif lower == b"transfer-encoding":
                 self.chunked = b"chunked" in value.lower()
+                plain += 2
             elif lower == b"connection":
+                plain += 2
                 named = {token.strip().lower() for token in value.split(b",")}
                 if not named <= hop:  # Connection: keep-alive names nothing new (the set stays shared)
                     hop = hop | named
@@ -86,12 +92,15 @@ class Head:
                 if self.watched is None:
                     self.watched = value
                 forward.append(pair)
+            elif lower in hop:
+                plain += 2
         if self.chunked:
             self.length = None
         if hop is not HOP_BY_HOP:  # Connection named more hop-by-hop headers, maybe ones already passed
             forward = [pair for pair in forward if pair[0].lower() not in hop]
         self.hop = hop
         self.forward = forward
+        self.plain = plain <= 1  # no hop-by-hop header, no repeated Content-Length, one Host at most
 
     @property
     def has_body(self) -> bool:
@@ -300,11 +309,12 @@ class ClientExchange:
     """One request on a client connection and the response to it, written in order."""
 
     __slots__ = ("conn", "head", "body", "started", "chunked_out", "close_after", "no_body", "finished",
-                 "on_client_gone", "upstream")
+                 "on_client_gone", "upstream", "piece")
 
-    def __init__(self, conn: ClientConnection, head: Head) -> None:
+    def __init__(self, conn: ClientConnection, head: Head, piece: bytes | None) -> None:
         self.conn = conn
         self.head = head
+        self.piece = piece  # the input the request came in, when it starts it: the head may go on as written
         self.body = Body(conn) if head.has_body else NO_BODY
         self.started = False  # response head written
         self.chunked_out = False
@@ -401,7 +411,14 @@ class _Wire(asyncio.Protocol):
     While a side's transport cannot take more (over HIGH_WATER), the side that feeds it stops reading
     (`_feeder`: the other end of a pass-through or a tunnel), and a coroutine writing to it waits in
     `drain`.
+
+    A message that starts a piece of input is known by that piece (`_head_piece`, while its head is
+    parsed), so its head can go on as it was written when nothing in it must change.
     """
+
+    _piece: bytes | None  # the piece being parsed, while no message began in it or before it
+    _head_piece: bytes | None
+    _mid_message = False
 
     transport: asyncio.Transport
     _out: list[bytes] | None
@@ -445,6 +462,11 @@ class _Wire(asyncio.Protocol):
                 self._drain = asyncio.get_running_loop().create_future()
             await self._drain
 
+    def _began(self) -> None:
+        """A message began: the piece it starts, if it starts one."""
+        self._mid_message = True
+        self._head_piece, self._piece = self._piece, None
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._trailers is not None:
             self._trailers.append((name, value))
@@ -485,6 +507,7 @@ class ClientConnection(_Wire):
         self.upgrading = False
         self._out: list[bytes] | None = None  # corked: what one event's callbacks write, sent as one
         self.receiving = False  # inside data_received: upstream writes are corked until it returns
+        self._piece = self._head_piece = None
         self.corked: list[UpstreamConnection] = []
 
     # asyncio.Protocol
@@ -507,6 +530,7 @@ class ClientConnection(_Wire):
                     self.pause_reading()
             return
         self.receiving = True
+        self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -516,6 +540,7 @@ class ClientConnection(_Wire):
             self._bad_input(exc)
         finally:
             self.receiving = False
+            self._piece = self._head_piece = None
             while self.corked:
                 self.corked.pop().uncork()
 
@@ -549,6 +574,7 @@ class ClientConnection(_Wire):
         self._url = b""
         self._headers = []
         self._trailers = None
+        self._began()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -562,7 +588,7 @@ class ClientConnection(_Wire):
         head.target = self._url
         head.upgrade = parser.should_upgrade()
         self._trailers = []
-        exchange = ClientExchange(self, head)
+        exchange = ClientExchange(self, head, self._head_piece)
         self.parsing = exchange
         self.queue.append(exchange)
         if len(self.queue) == 1:
@@ -578,6 +604,7 @@ class ClientConnection(_Wire):
             exchange.body.feed(body)
 
     def on_message_complete(self) -> None:
+        self._mid_message = False
         if self.parsing is not None:
             self.parsing.body.finish(self._trailers or [])
             self.parsing = None
@@ -620,7 +647,7 @@ class ClientConnection(_Wire):
             self.transport.close()
             return
         if not exchange.body.done:  # the response did not wait for the body: skip what is left of it
-            exchange.body.pipe(_discard, _discard)
+            exchange.body.pipe(ignore, ignore)
         if len(self.queue) == MAX_QUEUED_REQUESTS:
             self.resume_reading()
         if self.queue:
@@ -654,8 +681,8 @@ class ClientConnection(_Wire):
                 exchange.close_after = True
 
 
-def _discard(_: object) -> None:
-    pass
+def ignore(_: object) -> None:
+    """A pipe's end that takes what it is given and does nothing with it."""
 
 
 class ResponseSink(Protocol):
@@ -708,13 +735,10 @@ class UpstreamConnection(_Wire):
         self._reading_paused = False
         self._keep_alive = False
         # A response relayed as it came (`as_is`): its head and body go to the client as the bytes
-        # arrive, parsed on the side only for its end and size (`body_bytes`). Possible when the
-        # response starts a piece of input (`_piece`: the piece while no message is half parsed).
+        # arrive, parsed on the side only for its end and size (`body_bytes`).
         self.as_is = False
         self.body_bytes = 0
-        self._piece: bytes | None = None
-        self._head_piece: bytes | None = None
-        self._mid_message = False
+        self._piece = self._head_piece = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -827,8 +851,7 @@ class UpstreamConnection(_Wire):
         self._trailers = None
         self._reason = b""
         self.response_started = True
-        self._mid_message = True
-        self._head_piece, self._piece = self._piece, None  # the piece this message starts, if it starts one
+        self._began()
 
     def on_status(self, reason: bytes) -> None:
         self._reason += reason

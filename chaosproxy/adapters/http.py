@@ -26,8 +26,8 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError,
-    UpstreamPool, chunk, last_chunk, serialize_head,
+    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers,
+    UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, last_chunk, serialize_head,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
@@ -175,6 +175,25 @@ class Route:
             names = [name for name, _ in call.upstream_headers]  # lower case
             headers = [(name, value) for name, value in headers if name.lower() not in names] + call.upstream_headers
         return without(headers, b"expect") if body_read else headers
+
+
+def head_as_written(piece: bytes, head: Head, target: bytes, host: bytes) -> tuple[bytes, int]:
+    """The request head that starts `piece`, as the agent wrote it but for Host (the upstream's) and the
+    request target (`target`), and where it ends in `piece`; (b"", 0) when it is not all there."""
+    blank = piece.find(b"\r\n\r\n")
+    line_end = piece.find(b"\r\n")
+    if blank < 0 or not piece.startswith(head.method.encode("latin-1") + b" "):
+        return b"", 0
+    headers = piece[line_end:blank]  # each header line with the CRLF before it
+    at = headers.lower().find(b"\r\nhost:")
+    if at < 0:
+        headers += b"\r\nHost: " + host
+    else:
+        after = headers.find(b"\r\n", at + 2)
+        headers = b"%b\r\nHost: %b%b" % (headers[:at], host, headers[after:] if after >= 0 else b"")
+    if target is head.target and head.version == "1.1":
+        return piece[:line_end] + headers + b"\r\n\r\n", blank + 4
+    return b"%b %b HTTP/1.1%b\r\n\r\n" % (head.method.encode("latin-1"), target, headers), blank + 4
 
 
 def first_line(method: str, target: bytes) -> bytes:
@@ -439,6 +458,8 @@ class Passthrough:
                 not (head.expect_continue and not exchange.body.done):
             self.as_is = AS_IS_NO_EVENTS if head.method == "GET" else AS_IS
         body = self.body
+        if body is None and self._send_as_written():
+            return
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
         headers = self.route.request_head(head, self.call, body_read=body is not None)
         data = serialize_head(first_line(head.method, self.target), headers, framing)
@@ -448,6 +469,29 @@ class Passthrough:
             exchange.body.pipe(self._write_body, self._end_body)
         else:
             conn.request_sent = True
+
+    def _send_as_written(self) -> bool:
+        """Send the request as the agent wrote it, Host and request target aside, when it came whole in
+        one piece of input and its head holds nothing to take out (one write, no header list)."""
+        exchange, conn = self.exchange, self.conn
+        head, piece = exchange.head, exchange.piece
+        if piece is None or not head.plain or self.call.upstream_headers or conn is None:
+            return False
+        data, end = head_as_written(piece, head, self.target, self.route.host_header)
+        length = head.length or 0
+        if not data or len(piece) < end + length:
+            return False
+        if length:
+            self.body = body = piece[end:end + length]
+            if length <= SMALL_BODY:
+                self.call.msg.body = body
+            self.keep_body = None
+            exchange.body.pipe(ignore, ignore)  # what the parser hands on of it has gone already
+            data += body
+        self._write(data)
+        self.proxy.deadlines.wait(self)
+        conn.request_sent = True
+        return True
 
     def timed_out(self) -> None:
         """No response head within --upstream-timeout (called by `Deadlines`)."""
