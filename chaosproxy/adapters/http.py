@@ -34,7 +34,7 @@ from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase, parse_rpc, rpc_method, rpc_tool
+from chaosproxy.message import Message, Phase, parse_rpc, rpc_call
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
@@ -265,14 +265,16 @@ class HttpProxy:
         msg = Message(self.transport, Phase.REQUEST, session=session_id, http_method=head.method,
                       path=unquote(path) if "%" in path else path, headers=HeaderView(head.headers),
                       route=route.name if route else None)
-        call = Call(msg)
+        call: Call | None = None
         try:
             if not path.startswith("/") or head.method == "CONNECT":
+                call = Call(msg)
                 call.outcome = "not_a_forward_proxy"
                 exchange.close_after = True
                 self._respond(exchange, call, _not_a_forward_proxy(head.method))
                 return
             if route is None or target is None:  # never an open relay: only configured upstreams
+                call = Call(msg)
                 call.outcome = "no_route"
                 body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {msg.path}",
                                                "routes": [r.prefix or "/" for r in self.routes]}})
@@ -283,17 +285,19 @@ class HttpProxy:
             if not self.engine.could_act(msg) and not head.upgrade:
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.traced import TracedPassthrough
-                    TracedPassthrough(self, exchange, call, route, upstream_target).start()
+                    call = TracedPassthrough(self, exchange, msg, route, upstream_target)
                 else:
-                    Passthrough(self, exchange, call, route, upstream_target).start()
+                    call = Passthrough(self, exchange, msg, route, upstream_target)
+                call.start()
                 return
+            call = Call(msg)
             inspection = Inspection(self, exchange, call, route, upstream_target)
             task = asyncio.get_running_loop().create_task(inspection.run())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             exchange.on_client_gone = lambda: task.cancel()
         except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
-            self.internal_error(exchange, call)
+            self.internal_error(exchange, call or Call(msg))
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
         ops.exception("internal error on %s %s", call.msg.http_method, call.msg.path)
@@ -382,7 +386,7 @@ class Deadlines:
             try:
                 passthrough.timed_out()
             except Exception:  # one call's failure must not stop the others' deadlines
-                ops.exception("upstream timeout of %s %s", passthrough.call.msg.http_method, passthrough.call.msg.path)
+                ops.exception("upstream timeout of %s %s", passthrough.msg.http_method, passthrough.msg.path)
 
     def close(self) -> None:
         if self._timer is not None:
@@ -391,19 +395,27 @@ class Deadlines:
         self.waiting.clear()
 
 
-class Passthrough:
-    """A request no rule can act on: its head re-serialised, body and response relayed as they arrive.
+class Passthrough(Call):
+    """A request no rule can act on (its own call): its head as written or re-serialised, body and response
+    relayed as they arrive.
 
     Only callbacks run here (no task), except to open a new upstream connection.
     """
 
-    __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
+    __slots__ = ("proxy", "exchange", "route", "target", "conn", "replay", "retried", "keep_body", "events",
                  "length", "body", "as_is")
 
-    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, msg: Message, route: Route, target: bytes) -> None:
+        self.started = time.perf_counter()  # Call's fields, set here: one call less per request
+        self.status = None
+        self.bytes_out = 0
+        self.outcome = "ok"
+        self.faults = []
+        self.msg = msg
+        self.logged = False
+        self.upstream_headers = []
         self.proxy = proxy
         self.exchange = exchange
-        self.call = call
         self.route = route
         self.target = target
         self.conn: UpstreamConnection | None = None
@@ -432,7 +444,7 @@ class Passthrough:
         try:
             conn = await self.route.pool.connect()
         except (OSError, TimeoutError) as exc:
-            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            self.proxy.upstream_failed(self.exchange, self, self.route, exc)
             return
         if self.exchange.gone:
             self.route.pool.release(conn)
@@ -461,7 +473,7 @@ class Passthrough:
         if body is None and self._send_as_written():
             return
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
-        headers = self.route.request_head(head, self.call, body_read=body is not None)
+        headers = self.route.request_head(head, self, body_read=body is not None)
         data = serialize_head(first_line(head.method, self.target), headers, framing)
         self._write(data if body is None else data + body)
         self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
@@ -475,7 +487,7 @@ class Passthrough:
         one piece of input and its head holds nothing to take out (one write, no header list)."""
         exchange, conn = self.exchange, self.conn
         head, piece = exchange.head, exchange.piece
-        if piece is None or not head.plain or self.call.upstream_headers or conn is None:
+        if piece is None or not head.plain or self.upstream_headers or conn is None:
             return False
         data, end = head_as_written(piece, head, self.target, self.route.host_header)
         length = head.length or 0
@@ -484,7 +496,7 @@ class Passthrough:
         if length:
             self.body = body = piece[end:end + length]
             if length <= SMALL_BODY:
-                self.call.msg.body = body
+                self.msg.body = body
             self.keep_body = None
             exchange.body.pipe(ignore, ignore)  # what the parser hands on of it has gone already
             data += body
@@ -498,7 +510,7 @@ class Passthrough:
         if self.conn is not None:
             self.conn.discard(self)
         self.exchange.body.unpipe()
-        self.proxy.upstream_failed(self.exchange, self.call, self.route, UpstreamTimeout(
+        self.proxy.upstream_failed(self.exchange, self, self.route, UpstreamTimeout(
             f"no response head within {self.proxy.upstream_timeout:g} s"))
 
     def _stop_timer(self) -> None:
@@ -525,7 +537,7 @@ class Passthrough:
         if self.conn is not None:
             self.conn.request_sent = True
         if self.keep_body is not None:
-            self.call.msg.body = b"".join(self.keep_body)
+            self.msg.body = b"".join(self.keep_body)
             self.keep_body = None
 
     # ResponseSink
@@ -536,7 +548,7 @@ class Passthrough:
     def response_head(self, head: Head) -> None:
         self.replay = None
         self._stop_timer()
-        self.call.status = head.status
+        self.status = head.status
         headers = head.forward
         if self.exchange.head.method == "GET" and head.status == 200 and \
                 b"text/event-stream" in (header(headers, b"content-type") or b""):
@@ -548,17 +560,16 @@ class Passthrough:
     def response_as_is(self, status: int) -> None:
         self.replay = None
         self._stop_timer()
-        self.call.status = status
+        self.status = status
         self.exchange.started = True
 
     def response_body(self, data: bytes) -> None:
         if self.events is not None:
             self.events.feed(data)
             return
-        call = self.call
-        call.bytes_out += len(data)
-        if call.bytes_out == self.length:  # the agent has it all with this piece: log first
-            call.finish(self.proxy.engine)
+        self.bytes_out += len(data)
+        if self.bytes_out == self.length:  # the agent has it all with this piece: log first
+            self.finish(self.proxy.engine)
         self.exchange.write(data)
 
     def response_end(self, trailers: Headers) -> None:
@@ -566,11 +577,11 @@ class Passthrough:
             self.events.finish(trailers)
             return
         if self.conn is not None and self.conn.as_is:
-            self.call.bytes_out = self.conn.body_bytes
-            self.call.finish(self.proxy.engine)  # before the last piece goes (the client's writes are corked)
+            self.bytes_out = self.conn.body_bytes
+            self.finish(self.proxy.engine)  # before the last piece goes (the client's writes are corked)
             self.exchange.finish()
             return
-        self.call.finish(self.proxy.engine)
+        self.finish(self.proxy.engine)
         self.exchange.end(trailers)
 
     def _relay_events(self, headers: Headers) -> None:
@@ -583,7 +594,7 @@ class Passthrough:
         self.exchange.on_client_gone = task.cancel
 
     async def _pump_events(self) -> None:
-        exchange, call, events = self.exchange, self.call, self.events
+        exchange, call, events = self.exchange, self, self.events  # this pass-through is the call
         assert events is not None
         relay = self.route.relay_for(call.msg.path or "/")
         try:
@@ -615,13 +626,13 @@ class Passthrough:
             return
         self._stop_timer()
         self.exchange.body.unpipe()
-        self.proxy.upstream_failed(self.exchange, self.call, self.route, error)
+        self.proxy.upstream_failed(self.exchange, self, self.route, error)
 
     async def _resend(self, replay: list[bytes]) -> None:
         try:
             conn = await self.route.pool.connect()
         except (OSError, TimeoutError) as exc:
-            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            self.proxy.upstream_failed(self.exchange, self, self.route, exc)
             return
         self.conn = conn
         conn.begin(self, head_request=self.exchange.head.method == "HEAD")
@@ -634,10 +645,10 @@ class Passthrough:
 
     def _client_gone(self) -> None:
         self._stop_timer()
-        self.call.outcome = "client_disconnected"
+        self.outcome = "client_disconnected"
         if self.conn is not None:
             self.conn.discard(self)
-        self.call.finish(self.proxy.engine)
+        self.finish(self.proxy.engine)
 
 
 class ResponseReader:
@@ -990,8 +1001,7 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     if type(body) is bytes and len(body) <= DEFERRED_BODY and not msg.parsed:
         called: Any = body
     else:
-        rpc = msg.rpc if body is not None else None
-        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+        called = rpc_call(msg.rpc) if body is not None else None
     engine.log.write_call((
         transport, msg.session, msg.route, msg.http_method, msg.path, exchange.status, exchange.outcome,
         exchange.bytes_out, time.perf_counter() - exchange.started, tuple(exchange.faults) if exchange.faults else (),
@@ -1017,8 +1027,7 @@ def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
     line["duration_ms"] = round(duration_s * 1e6) / 1000  # round(x, 3) is slow
     line["faults"] = faults
     if type(called) is bytes:  # the request body, not parsed on the way
-        rpc = parse_rpc(called)
-        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+        called = rpc_call(parse_rpc(called))
     if called is not None:
         line["method"], line["tool"], line["rpc_id"] = called
     elif model_call is not None or (http_method == "POST" and path and api_for_path(path)):
