@@ -3,8 +3,10 @@
 This is the wire layer of `chaosproxy run`. It knows framing (Content-Length, chunked, close-delimited,
 HEAD, 1xx, 204/304, Upgrade) and flow control, and nothing about faults: each request is handed to a
 `handler` (the proxy), which either pipes it straight through (callbacks only, no task) or inspects it
-in a coroutine. Heads are re-serialised (hop-by-hop headers out, Host set to the upstream's); bodies
-pass piece by piece as they arrive, re-framed only where the framing must change (chunked is re-chunked).
+in a coroutine. A head goes on as it was written when nothing in it must change (it starts a piece of
+input and holds no hop-by-hop header; a request's Host is set to the upstream's); any other is
+re-serialised, hop-by-hop headers out. Bodies pass piece by piece as they arrive, re-framed only where
+the framing must change (a re-serialised chunked body is re-chunked).
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ def relayable(headers: Headers, events: bool) -> bool:
     header bar `Transfer-Encoding: chunked`, and (unless `events`) is not an event stream's."""
     for name, value in headers:
         lower = name.lower()
-        if lower in _NOT_AS_IS or lower == b"transfer-encoding" and value.strip().lower() != b"chunked" or \
-                lower == b"content-type" and not events and b"event-stream" in value:
+        if lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or \
+                (lower == b"content-type" and not events and b"event-stream" in value):
             return False
     return True
 

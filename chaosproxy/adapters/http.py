@@ -406,14 +406,7 @@ class Passthrough(Call):
                  "length", "body", "as_is")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, msg: Message, route: Route, target: bytes) -> None:
-        self.started = time.perf_counter()  # Call's fields, set here: one call less per request
-        self.status = None
-        self.bytes_out = 0
-        self.outcome = "ok"
-        self.faults = []
-        self.msg = msg
-        self.logged = False
-        self.upstream_headers = []
+        super().__init__(msg)
         self.proxy = proxy
         self.exchange = exchange
         self.route = route
@@ -424,7 +417,7 @@ class Passthrough(Call):
         self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
-        self.body: bytes | None = None  # the whole body when it was read before the head went (a traced call's)
+        self.body: bytes | None = None  # the whole body, when it goes with the head (a traced call, or as written)
         self.as_is = AS_IS_NEVER  # set when the request is sent
 
     def start(self) -> None:
