@@ -567,3 +567,24 @@ def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):
         proxy.log.flush()
     [call] = proxy.events("call")
     assert (call["method"], call["tool"], call["rpc_id"], call["path"]) == ("tools/call", "search", 7, "/echo/rpc")
+
+
+def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted):
+    async def script(reader, writer):  # /hang is never answered
+        while True:
+            head, _ = await read_request(reader)
+            if head.startswith(b"GET /hang "):
+                await asyncio.sleep(30)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    proxy = make_proxy(to=scripted(script).url, upstream_timeout=0.5)
+    with RawClient(proxy.url) as client:
+        client.send(get("/x"))  # leaves a pooled connection, which the next request takes
+        assert client.response()[:3:2] == (200, b"ok")
+        client.send(get("/hang"))
+        assert client.response()[0] == 504
+        time.sleep(1.2)  # past a second timeout of the same wait, were one still pending
+        client.send(get("/x"))
+        assert client.response()[:3:2] == (200, b"ok")
+    assert [call["outcome"] for call in proxy.events("call")] == ["ok", "upstream_timeout", "ok"]

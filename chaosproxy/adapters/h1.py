@@ -36,7 +36,11 @@ NO_NAMES: frozenset[bytes] = frozenset()
 # the names Head's one pass over the headers stops at: hop-by-hop, framing, Expect (and Host in a request)
 RESPONSE_SPECIAL = HOP_BY_HOP | {b"content-length", b"expect"}
 REQUEST_SPECIAL = RESPONSE_SPECIAL | {b"host"}
-_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+
+
+def method_name(method: bytes) -> str:
+    return METHODS.get(method) or method.decode("ascii", "replace")
 
 
 class Head:
@@ -299,12 +303,31 @@ class _NoBody(Body):
 NO_BODY: Body = _NoBody()
 
 
+class _SentBody(_NoBody):
+    """The body of a request that went upstream whole with its head: what the parser still hands on of
+    it has gone already."""
+
+    __slots__ = ()
+
+    def feed(self, data: bytes) -> None:
+        pass
+
+
+SENT_BODY: Body = _SentBody()
+
+
 class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
     session_header: bytes  # lower case; its first value in a request is `Head.watched`
+    plain: bool  # whether `relay_plain` may take requests now
 
     def handle(self, exchange: ClientExchange) -> None: ...
+
+    def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
+                    piece: bytes) -> ClientExchange | None:
+        """Take a request whose head starts `piece` and that no other request waits before, at its head
+        (the plain path: no Head made, see `ClientExchange`); None leaves it to `handle`."""
 
 
 class ClientExchange:
@@ -313,15 +336,20 @@ class ClientExchange:
     __slots__ = ("conn", "head", "body", "started", "chunked_out", "close_after", "no_body", "finished",
                  "on_client_gone", "upstream", "piece")
 
-    def __init__(self, conn: ClientConnection, head: Head, piece: bytes | None) -> None:
+    def __init__(self, conn: ClientConnection, head: Head | None, piece: bytes | None) -> None:
+        """`head` None: a request on the plain path (keep-alive, not HEAD, sent on whole with its head),
+        given its Head only if the general path takes over."""
         self.conn = conn
-        self.head = head
+        self.head: Head = head  # type: ignore[assignment]
         self.piece = piece  # the input the request came in, when it starts it: the head may go on as written
-        self.body = Body(conn) if head.has_body else NO_BODY
+        if head is None:
+            self.body, self.close_after, self.no_body = SENT_BODY, False, False
+        else:
+            self.body = Body(conn) if head.has_body else NO_BODY
+            self.close_after = not head.keep_alive
+            self.no_body = head.method == "HEAD"
         self.started = False  # response head written
         self.chunked_out = False
-        self.close_after = not head.keep_alive
-        self.no_body = head.method == "HEAD"
         self.finished = False
         self.on_client_gone: Callable[[], None] | None = None
         self.upstream: Producer | None = None  # paused while the client cannot take more (pass-through)
@@ -583,10 +611,17 @@ class ClientConnection(_Wire):
 
     def on_headers_complete(self) -> None:
         parser = self.parser
+        if self._head_piece is not None and not self.queue and self.handler.plain:
+            exchange = self.handler.relay_plain(self, self._url, self._headers, self._head_piece)
+            if exchange is not None:
+                self._trailers = []
+                self.parsing = exchange
+                self.queue.append(exchange)
+                return
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive(), self.special,
                     self.handler.session_header)
         method = parser.get_method()
-        head.method = _METHODS.get(method) or method.decode("ascii", "replace")
+        head.method = method_name(method)
         head.target = self._url
         head.upgrade = parser.should_upgrade()
         self._trailers = []
