@@ -3,7 +3,10 @@
 The wire is `h1` (asyncio Protocols + httptools). Each request is judged on its head alone
 (`Engine.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
 callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting path (`Inspection`,
-one coroutine), which reads what rules need, asks the engine, and carries the actions out.
+one coroutine), which reads what rules need, asks the engine, and carries the actions out. With no
+rule loaded at all, a plain request (whole in one read, nothing in its head to take out) that finds an
+idle pooled connection takes the plain path first (`HttpProxy.relay_plain`, `PlainRelay`): relayed as
+written with no Head, Message or Passthrough made, unless its exchange needs the general path.
 
 Where a call starts and ends, for whoever wants to hook in (tracing): `HttpProxy.handle` builds the
 `Call` once the head is known and before anything goes upstream (`Call.upstream_headers` are added to
