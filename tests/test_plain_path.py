@@ -36,6 +36,10 @@ def upstream_script(holder: dict[str, str]):
                              b"\r\n%x\r\n%b\r\n0\r\n\r\n" % (len(endpoint), endpoint))
             elif path == b"/slow":
                 await asyncio.sleep(30)
+            elif path == b"/cut":  # half the body, then the connection goes
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf!")
+                await writer.drain()
+                return
             else:
                 writer.write(OK)
             await writer.drain()
@@ -117,3 +121,17 @@ def test_call_lines_of_the_plain_path_name_session_path_and_json_rpc_fields(make
     assert (call["path"], call["session"], call["http_method"], call["status"], call["bytes_out"]) == \
         ("/a b", "s-1", "POST", 200, 2)
     assert (call["method"], call["tool"], call["rpc_id"], call["route"]) == ("tools/call", "search", 7, "default")
+
+
+def test_an_upstream_that_breaks_off_mid_body_cuts_the_agent_off(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/cut"))
+        raw = read_until(client, b"half!")
+        assert raw.endswith(b"\r\n\r\nhalf!") and client.sock.recv(100) == b""  # then the end, not 5 more bytes
+    deadline = time.monotonic() + 5
+    while len(proxy.events("call")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cut = proxy.events("call")[1]
+    assert (cut["status"], cut["outcome"], cut["bytes_out"]) == (200, "upstream_error", 5)

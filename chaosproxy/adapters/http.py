@@ -750,7 +750,7 @@ class PlainRelay:
         exchange.head = head
         msg = proxy._message(head, self.target.decode("latin-1"), exchange.peer, self.route)
         passthrough = Passthrough(proxy, exchange, msg, self.route, self.target)
-        passthrough.started = self.started
+        passthrough.started, passthrough.status, passthrough.bytes_out = self.started, self.status, conn.body_bytes
         passthrough.conn = conn
         passthrough.as_is = self.as_is
         passthrough.keep_body = None
