@@ -186,6 +186,11 @@ class Engine:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
 
+    @property
+    def idle(self) -> bool:
+        """No rule is loaded: nothing can act on any message."""
+        return not self._compiled
+
     def could_act(self, msg: Message) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request
         head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""

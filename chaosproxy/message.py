@@ -102,6 +102,11 @@ def parse_rpc(body: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) and parsed.get("jsonrpc") == "2.0" else None
 
 
+def rpc_call(rpc: dict[str, Any] | None) -> tuple[str | None, str | None, Any] | None:
+    """A call line's JSON-RPC fields of a message: its method, tool and id (None when it is not one)."""
+    return None if rpc is None else (rpc_method(rpc), rpc_tool(rpc), rpc.get("id"))
+
+
 def rpc_method(rpc: dict[str, Any] | None) -> str | None:
     method = rpc.get("method") if rpc else None
     return method if isinstance(method, str) else None

@@ -44,15 +44,15 @@ def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterat
     started: list[tuple[HttpProxy, PerturbationLog]] = []
 
     def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
-              **options: Any) -> RunningProxy:
+              log_batch_s: float = 0.0, **options: Any) -> RunningProxy:
         text = scenario if isinstance(scenario, str) else yaml.safe_dump(scenario)
         log_path = tmp_path / f"log-{len(started)}.jsonl"
-        log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed)
+        log = PerturbationLog(io.FileIO(log_path, "w"), run_id="test", seed=seed, batch_s=log_batch_s)
         engine = Engine(parse_scenario(text), seed=seed, log=log)
         proxy = HttpProxy(engine, engine.scenario.routes or to or upstream, **options)
         port = server_loop.run(proxy.start("127.0.0.1", 0))
         started.append((proxy, log))
-        return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path)
+        return RunningProxy(f"http://127.0.0.1:{port}", engine, log_path, log)
 
     yield start
     for proxy, log in started:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaosproxy.engine import Engine
+from chaosproxy.log import PerturbationLog
 
 
 class ServerLoop:
@@ -34,10 +35,11 @@ class ServerLoop:
 class RunningProxy:
     """A chaosproxy HTTP proxy in front of the test tool server, with its perturbation log."""
 
-    def __init__(self, url: str, engine: Engine, log_path: Path) -> None:
+    def __init__(self, url: str, engine: Engine, log_path: Path, log: PerturbationLog | None = None) -> None:
         self.url = url
         self.engine = engine
         self.log_path = log_path
+        self.log = log
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return log_events(self.log_path, kind)

@@ -483,3 +483,108 @@ async def test_two_agents_with_the_same_rpc_ids_get_their_own_replies(make_proxy
     assert a == [True] * 3 and b == [False] * 3
     faulted = {(f["rpc_id"], f["rule"]) for f in proxy.events("fault")}
     assert len(proxy.events("fault")) == 3 and {rule for _, rule in faulted} == {"only-a"}
+
+
+def _capture(requests: list[bytes], response: bytes):
+    """A script that keeps each request's raw bytes and answers each with `response`."""
+    async def script(reader, writer):
+        while True:
+            head, body = await read_request(reader)
+            requests.append(head + body)
+            writer.write(response)
+            await writer.drain()
+    return script
+
+
+def _recv_exactly(client: RawClient, size: int) -> bytes:
+    data = b""
+    while len(data) < size and (piece := client.sock.recv(size - len(data))):
+        data += piece
+    return data
+
+
+def test_a_plain_request_goes_upstream_as_written_but_for_host(make_proxy, scripted):
+    requests: list[bytes] = []
+    upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+    proxy = make_proxy(to=upstream.url)
+    head = (b"POST /tools/x?a=%2F&b HTTP/1.1\r\nx-lower:   spaced value \r\nhost: agent\r\nX-Dup: 1\r\n"
+            b"X-Dup: 2\r\ncontent-length: 3\r\n\r\n")
+    with RawClient(proxy.url) as client:
+        client.send(head + b"abc")
+        assert client.response()[0] == 200
+        client.send(b"GET /tools/y HTTP/1.1\r\nX-A: 1\r\nHost: agent\r\n\r\n")  # Host last, no body
+        assert client.response()[0] == 200
+    upstream_host = upstream.url.removeprefix("http://").encode()
+    assert requests[0] == head.replace(b"host: agent", b"Host: " + upstream_host) + b"abc"
+    assert requests[1] == b"GET /tools/y HTTP/1.1\r\nX-A: 1\r\nHost: " + upstream_host + b"\r\n\r\n"
+
+
+def test_a_request_with_hop_by_hop_headers_or_under_a_prefix_is_rewritten(make_proxy, scripted):
+    requests: list[bytes] = []
+    upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+    proxy = make_proxy({"rules": [], "routes": {"/tools": upstream.url + "/base"}})
+    with RawClient(proxy.url) as client:
+        client.send(b"GET /tools/x HTTP/1.1\r\nHost: agent\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+                    b"X-End: 2\r\n\r\n")
+        assert client.response()[0] == 200
+        client.send(b"\r\nGET /tools/y HTTP/1.1\r\nHost: agent\r\nX-End: 3\r\n\r\n")  # an empty line first
+        assert client.response()[0] == 200
+    first, second = (request.lower() for request in requests)
+    assert first.startswith(b"get /base/x http/1.1\r\n") and b"x-end: 2" in first
+    assert b"connection" not in first and b"x-hop" not in first
+    assert second.startswith(b"get /base/y http/1.1\r\n") and b"x-end: 3" in second
+
+
+def test_a_plain_response_reaches_the_agent_as_written(make_proxy, scripted):
+    plain = b"HTTP/1.1 201 Made\r\ncontent-length: 2\r\nX-B:  1 \r\nx-a: 2\r\nX-B: 3\r\n\r\nok"
+    upstream = scripted(_capture([], plain))
+    proxy = make_proxy(to=upstream.url)
+    with RawClient(proxy.url) as client:
+        for _ in range(2):  # and the connection stays in step
+            client.send(get("/x"))
+            assert _recv_exactly(client, len(plain)) == plain
+    assert [call["status"] for call in proxy.events("call")] == [201, 201]
+
+
+def test_a_response_with_hop_by_hop_headers_is_rewritten(make_proxy, scripted):
+    upstream = scripted(_capture([], b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n"
+                                     b"Content-Length: 2\r\nX-End: 1\r\n\r\nok"))
+    proxy = make_proxy(to=upstream.url)
+    with RawClient(proxy.url) as client:
+        client.send(get("/x"))
+        status, headers, body = client.response()
+    assert (status, body, headers["X-End"]) == (200, b"ok", "1")
+    assert "Keep-Alive" not in headers and "Connection" not in headers
+
+
+def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):
+    proxy = make_proxy(log_batch_s=60.0)
+    payload = orjson.dumps(CALL)
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /echo/rpc HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload))
+        assert client.response()[0] == 200
+        assert proxy.events("call") == []  # kept for the batch
+        proxy.log.flush()
+    [call] = proxy.events("call")
+    assert (call["method"], call["tool"], call["rpc_id"], call["path"]) == ("tools/call", "search", 7, "/echo/rpc")
+
+
+def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted):
+    async def script(reader, writer):  # /hang is never answered
+        while True:
+            head, _ = await read_request(reader)
+            if head.startswith(b"GET /hang "):
+                await asyncio.sleep(30)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    proxy = make_proxy(to=scripted(script).url, upstream_timeout=0.5)
+    with RawClient(proxy.url) as client:
+        client.send(get("/x"))  # leaves a pooled connection, which the next request takes
+        assert client.response()[:3:2] == (200, b"ok")
+        client.send(get("/hang"))
+        assert client.response()[0] == 504
+        time.sleep(1.2)  # past a second timeout of the same wait, were one still pending
+        client.send(get("/x"))
+        assert client.response()[:3:2] == (200, b"ok")
+    assert [call["outcome"] for call in proxy.events("call")] == ["ok", "upstream_timeout", "ok"]

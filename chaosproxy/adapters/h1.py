@@ -3,8 +3,10 @@
 This is the wire layer of `chaosproxy run`. It knows framing (Content-Length, chunked, close-delimited,
 HEAD, 1xx, 204/304, Upgrade) and flow control, and nothing about faults: each request is handed to a
 `handler` (the proxy), which either pipes it straight through (callbacks only, no task) or inspects it
-in a coroutine. Heads are re-serialised (hop-by-hop headers out, Host set to the upstream's); bodies
-pass piece by piece as they arrive, re-framed only where the framing must change (chunked is re-chunked).
+in a coroutine. A head goes on as it was written when nothing in it must change (it starts a piece of
+input and holds no hop-by-hop header; a request's Host is set to the upstream's); any other is
+re-serialised, hop-by-hop headers out. Bodies pass piece by piece as they arrive, re-framed only where
+the framing must change (a re-serialised chunked body is re-chunked).
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ NO_NAMES: frozenset[bytes] = frozenset()
 # the names Head's one pass over the headers stops at: hop-by-hop, framing, Expect (and Host in a request)
 RESPONSE_SPECIAL = HOP_BY_HOP | {b"content-length", b"expect"}
 REQUEST_SPECIAL = RESPONSE_SPECIAL | {b"host"}
-_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+
+
+def method_name(method: bytes) -> str:
+    return METHODS.get(method) or method.decode("ascii", "replace")
 
 
 class Head:
@@ -47,7 +53,7 @@ class Head:
     """
 
     __slots__ = ("method", "target", "status", "reason", "version", "headers", "length", "chunked",
-                 "keep_alive", "upgrade", "expect_continue", "hop", "forward", "watched")
+                 "keep_alive", "upgrade", "expect_continue", "hop", "forward", "watched", "plain")
 
     def __init__(self, headers: Headers, version: str, keep_alive: bool,
                  special: frozenset[bytes] = RESPONSE_SPECIAL, watch: bytes = b"\0") -> None:
@@ -65,6 +71,7 @@ class Head:
         self.watched: bytes | None = None
         hop = HOP_BY_HOP
         forward: Headers = []
+        plain = 0  # counts what keeps the head from going on as written: hop-by-hop headers, repeats
         for pair in headers:
             lower = pair[0].lower()
             if lower not in special:
@@ -72,10 +79,15 @@ class Head:
                 continue
             value = pair[1]
             if lower == b"content-length":
+                plain += 2 if self.length is not None else 0
                 self.length = int(value) if value.strip().isdigit() else None
+            elif lower == b"host":
+                plain += 1  # the first is free (see below)
             elif lower == b"transfer-encoding":
                 self.chunked = b"chunked" in value.lower()
+                plain += 2
             elif lower == b"connection":
+                plain += 2
                 named = {token.strip().lower() for token in value.split(b",")}
                 if not named <= hop:  # Connection: keep-alive names nothing new (the set stays shared)
                     hop = hop | named
@@ -86,12 +98,15 @@ class Head:
                 if self.watched is None:
                     self.watched = value
                 forward.append(pair)
+            elif lower in hop:
+                plain += 2
         if self.chunked:
             self.length = None
         if hop is not HOP_BY_HOP:  # Connection named more hop-by-hop headers, maybe ones already passed
             forward = [pair for pair in forward if pair[0].lower() not in hop]
         self.hop = hop
         self.forward = forward
+        self.plain = plain <= 1  # no hop-by-hop header, no repeated Content-Length, one Host at most
 
     @property
     def has_body(self) -> bool:
@@ -124,8 +139,8 @@ def relayable(headers: Headers, events: bool) -> bool:
     header bar `Transfer-Encoding: chunked`, and (unless `events`) is not an event stream's."""
     for name, value in headers:
         lower = name.lower()
-        if lower in _NOT_AS_IS or lower == b"transfer-encoding" and value.strip().lower() != b"chunked" or \
-                lower == b"content-type" and not events and b"event-stream" in value:
+        if lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or \
+                (lower == b"content-type" and not events and b"event-stream" in value):
             return False
     return True
 
@@ -288,28 +303,53 @@ class _NoBody(Body):
 NO_BODY: Body = _NoBody()
 
 
+class _SentBody(_NoBody):
+    """The body of a request that went upstream whole with its head: what the parser still hands on of
+    it has gone already."""
+
+    __slots__ = ()
+
+    def feed(self, data: bytes) -> None:
+        pass
+
+
+SENT_BODY: Body = _SentBody()
+
+
 class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
     session_header: bytes  # lower case; its first value in a request is `Head.watched`
+    plain: bool  # whether `relay_plain` may take requests now
 
     def handle(self, exchange: ClientExchange) -> None: ...
+
+    def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
+                    piece: bytes) -> ClientExchange | None:
+        """Take a request whose head starts `piece` and that no other request waits before, at its head
+        (the plain path: no Head made, see `ClientExchange`); None leaves it to `handle`."""
 
 
 class ClientExchange:
     """One request on a client connection and the response to it, written in order."""
 
     __slots__ = ("conn", "head", "body", "started", "chunked_out", "close_after", "no_body", "finished",
-                 "on_client_gone", "upstream")
+                 "on_client_gone", "upstream", "piece")
 
-    def __init__(self, conn: ClientConnection, head: Head) -> None:
+    def __init__(self, conn: ClientConnection, head: Head | None, piece: bytes | None) -> None:
+        """`head` None: a request on the plain path (keep-alive, not HEAD, sent on whole with its head),
+        given its Head only if the general path takes over."""
         self.conn = conn
-        self.head = head
-        self.body = Body(conn) if head.has_body else NO_BODY
+        self.head: Head = head  # type: ignore[assignment]
+        self.piece = piece  # the input the request came in, when it starts it: the head may go on as written
+        if head is None:
+            self.body, self.close_after, self.no_body = SENT_BODY, False, False
+        else:
+            self.body = Body(conn) if head.has_body else NO_BODY
+            self.close_after = not head.keep_alive
+            self.no_body = head.method == "HEAD"
         self.started = False  # response head written
         self.chunked_out = False
-        self.close_after = not head.keep_alive
-        self.no_body = head.method == "HEAD"
         self.finished = False
         self.on_client_gone: Callable[[], None] | None = None
         self.upstream: Producer | None = None  # paused while the client cannot take more (pass-through)
@@ -401,7 +441,14 @@ class _Wire(asyncio.Protocol):
     While a side's transport cannot take more (over HIGH_WATER), the side that feeds it stops reading
     (`_feeder`: the other end of a pass-through or a tunnel), and a coroutine writing to it waits in
     `drain`.
+
+    A message that starts a piece of input is known by that piece (`_head_piece`, while its head is
+    parsed), so its head can go on as it was written when nothing in it must change.
     """
+
+    _piece: bytes | None  # the piece being parsed, while no message began in it or before it
+    _head_piece: bytes | None
+    _mid_message = False
 
     transport: asyncio.Transport
     _out: list[bytes] | None
@@ -445,6 +492,11 @@ class _Wire(asyncio.Protocol):
                 self._drain = asyncio.get_running_loop().create_future()
             await self._drain
 
+    def _began(self) -> None:
+        """A message began: the piece it starts, if it starts one."""
+        self._mid_message = True
+        self._head_piece, self._piece = self._piece, None
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._trailers is not None:
             self._trailers.append((name, value))
@@ -485,6 +537,7 @@ class ClientConnection(_Wire):
         self.upgrading = False
         self._out: list[bytes] | None = None  # corked: what one event's callbacks write, sent as one
         self.receiving = False  # inside data_received: upstream writes are corked until it returns
+        self._piece = self._head_piece = None
         self.corked: list[UpstreamConnection] = []
 
     # asyncio.Protocol
@@ -507,6 +560,7 @@ class ClientConnection(_Wire):
                     self.pause_reading()
             return
         self.receiving = True
+        self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -516,6 +570,7 @@ class ClientConnection(_Wire):
             self._bad_input(exc)
         finally:
             self.receiving = False
+            self._piece = self._head_piece = None
             while self.corked:
                 self.corked.pop().uncork()
 
@@ -549,20 +604,28 @@ class ClientConnection(_Wire):
         self._url = b""
         self._headers = []
         self._trailers = None
+        self._began()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_headers_complete(self) -> None:
         parser = self.parser
+        if self._head_piece is not None and not self.queue and self.handler.plain:
+            exchange = self.handler.relay_plain(self, self._url, self._headers, self._head_piece)
+            if exchange is not None:
+                self._trailers = []
+                self.parsing = exchange
+                self.queue.append(exchange)
+                return
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive(), self.special,
                     self.handler.session_header)
         method = parser.get_method()
-        head.method = _METHODS.get(method) or method.decode("ascii", "replace")
+        head.method = method_name(method)
         head.target = self._url
         head.upgrade = parser.should_upgrade()
         self._trailers = []
-        exchange = ClientExchange(self, head)
+        exchange = ClientExchange(self, head, self._head_piece)
         self.parsing = exchange
         self.queue.append(exchange)
         if len(self.queue) == 1:
@@ -578,6 +641,7 @@ class ClientConnection(_Wire):
             exchange.body.feed(body)
 
     def on_message_complete(self) -> None:
+        self._mid_message = False
         if self.parsing is not None:
             self.parsing.body.finish(self._trailers or [])
             self.parsing = None
@@ -620,7 +684,7 @@ class ClientConnection(_Wire):
             self.transport.close()
             return
         if not exchange.body.done:  # the response did not wait for the body: skip what is left of it
-            exchange.body.pipe(_discard, _discard)
+            exchange.body.pipe(ignore, ignore)
         if len(self.queue) == MAX_QUEUED_REQUESTS:
             self.resume_reading()
         if self.queue:
@@ -654,8 +718,8 @@ class ClientConnection(_Wire):
                 exchange.close_after = True
 
 
-def _discard(_: object) -> None:
-    pass
+def ignore(_: object) -> None:
+    """A pipe's end that takes what it is given and does nothing with it."""
 
 
 class ResponseSink(Protocol):
@@ -708,13 +772,10 @@ class UpstreamConnection(_Wire):
         self._reading_paused = False
         self._keep_alive = False
         # A response relayed as it came (`as_is`): its head and body go to the client as the bytes
-        # arrive, parsed on the side only for its end and size (`body_bytes`). Possible when the
-        # response starts a piece of input (`_piece`: the piece while no message is half parsed).
+        # arrive, parsed on the side only for its end and size (`body_bytes`).
         self.as_is = False
         self.body_bytes = 0
-        self._piece: bytes | None = None
-        self._head_piece: bytes | None = None
-        self._mid_message = False
+        self._piece = self._head_piece = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -827,8 +888,7 @@ class UpstreamConnection(_Wire):
         self._trailers = None
         self._reason = b""
         self.response_started = True
-        self._mid_message = True
-        self._head_piece, self._piece = self._piece, None  # the piece this message starts, if it starts one
+        self._began()
 
     def on_status(self, reason: bytes) -> None:
         self._reason += reason

@@ -3,7 +3,10 @@
 The wire is `h1` (asyncio Protocols + httptools). Each request is judged on its head alone
 (`Engine.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
 callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting path (`Inspection`,
-one coroutine), which reads what rules need, asks the engine, and carries the actions out.
+one coroutine), which reads what rules need, asks the engine, and carries the actions out. With no
+rule loaded at all, a plain request (whole in one read, nothing in its head to take out) that finds an
+idle pooled connection takes the plain path first (`HttpProxy.relay_plain`, `PlainRelay`): relayed as
+written with no Head, Message or Passthrough made, unless its exchange needs the general path.
 
 Where a call starts and ends, for whoever wants to hook in (tracing): `HttpProxy.handle` builds the
 `Call` once the head is known and before anything goes upstream (`Call.upstream_headers` are added to
@@ -26,15 +29,15 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head, Headers, UpstreamConnection, UpstreamError,
-    UpstreamPool, chunk, last_chunk, serialize_head,
+    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, REQUEST_SPECIAL, Body, ClientConnection, ClientExchange, Head,
+    Headers, UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, last_chunk, method_name, serialize_head,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase, parse_rpc, rpc_method, rpc_tool
+from chaosproxy.message import Message, Phase, parse_rpc, rpc_call
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
@@ -44,6 +47,7 @@ RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look in
 # REQUEST_TRAILERS: trailers of a chunked request are not forwarded. Upstream connections are pooled
 # across agents, and some servers (aiohttp's among them) read request trailers as headers of the
 # *next* request on the connection: one agent's trailer would reach another agent's request.
+PLAIN_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"OPTIONS"})  # HEAD and DELETE: general path
 RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 CONTENT_LENGTH = frozenset({b"content-length"})  # re-framed by the proxy
@@ -177,6 +181,37 @@ class Route:
         return without(headers, b"expect") if body_read else headers
 
 
+def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None) -> tuple[bytes, int]:
+    """The request head that starts `piece`, as the agent wrote it but for Host (the upstream's) and, when
+    given, the request line; and where it ends in `piece`. (b"", 0) when it is not all there."""
+    blank = piece.find(b"\r\n\r\n")
+    line_end = piece.find(b"\r\n")
+    if blank < 0 or line_end <= 0 or piece[0] == 10:  # an empty line before it, which the parser skips
+        return b"", 0
+    headers = piece[line_end:blank]  # each header line with the CRLF before it
+    at = headers.lower().find(b"\r\nhost:")
+    if at < 0:
+        headers += b"\r\nHost: " + host
+    else:
+        after = headers.find(b"\r\n", at + 2)
+        headers = b"%b\r\nHost: %b%b" % (headers[:at], host, headers[after:] if after >= 0 else b"")
+    return (request_line or piece[:line_end]) + headers + b"\r\n\r\n", blank + 4
+
+
+def session_and_path(raw_target: str, watched: bytes | None, peer: str) -> tuple[str, str]:
+    """A request's session (its Mcp-Session-Id, a legacy `sessionId` in the query, or the agent's
+    address) and its path (unquoted)."""
+    path, _, query = raw_target.partition("?")
+    if watched is not None:
+        session = watched.decode("latin-1")
+    elif "ession" in query:  # legacy HTTP+SSE names the session in the query; parse it only then
+        params = URL("/?" + query).query
+        session = params.get("sessionId") or params.get("session_id") or peer
+    else:
+        session = peer
+    return session, unquote(path) if "%" in path else path
+
+
 def first_line(method: str, target: bytes) -> bytes:
     return b"%b %b HTTP/1.1\r\n" % (method.encode("latin-1"), target)
 
@@ -204,6 +239,10 @@ class HttpProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(upstream_timeout)
         self.session_header = b"mcp-session-id"  # Head.watched: the agent's session when it names one
+        # the plain path (relay_plain) serves a proxy with one route that changes no target
+        root = self.routes[0]
+        self._plain_route = root if len(self.routes) == 1 and not root.prefix and not root.base_path else None
+        self._plain_special = REQUEST_SPECIAL | {self.session_header}
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -233,27 +272,18 @@ class HttpProxy:
         """A request whose head is in: here a call starts. Relayed untouched, or inspected in a task."""
         head = exchange.head
         raw_target = head.target.decode("latin-1")
-        path, _, query = raw_target.partition("?")
-        session = head.watched  # Mcp-Session-Id
-        if session is not None:
-            session_id = session.decode("latin-1")
-        elif "ession" in query:  # legacy HTTP+SSE names the session in the query; parse it only then
-            params = URL("/?" + query).query
-            session_id = params.get("sessionId") or params.get("session_id") or exchange.peer
-        else:
-            session_id = exchange.peer
-        route, target = self._route(raw_target) if path.startswith("/") else (None, None)
-        msg = Message(self.transport, Phase.REQUEST, session=session_id, http_method=head.method,
-                      path=unquote(path) if "%" in path else path, headers=HeaderView(head.headers),
-                      route=route.name if route else None)
-        call = Call(msg)
+        route, target = self._route(raw_target) if raw_target.startswith("/") else (None, None)
+        msg = self._message(head, raw_target, exchange.peer, route)
+        call: Call | None = None
         try:
-            if not path.startswith("/") or head.method == "CONNECT":
+            if not raw_target.startswith("/") or head.method == "CONNECT":
+                call = Call(msg)
                 call.outcome = "not_a_forward_proxy"
                 exchange.close_after = True
                 self._respond(exchange, call, _not_a_forward_proxy(head.method))
                 return
             if route is None or target is None:  # never an open relay: only configured upstreams
+                call = Call(msg)
                 call.outcome = "no_route"
                 body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {msg.path}",
                                                "routes": [r.prefix or "/" for r in self.routes]}})
@@ -264,17 +294,68 @@ class HttpProxy:
             if not self.engine.could_act(msg) and not head.upgrade:
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.traced import TracedPassthrough
-                    TracedPassthrough(self, exchange, call, route, upstream_target).start()
+                    call = TracedPassthrough(self, exchange, msg, route, upstream_target)
                 else:
-                    Passthrough(self, exchange, call, route, upstream_target).start()
+                    call = Passthrough(self, exchange, msg, route, upstream_target)
+                call.start()
                 return
+            call = Call(msg)
             inspection = Inspection(self, exchange, call, route, upstream_target)
             task = asyncio.get_running_loop().create_task(inspection.run())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             exchange.on_client_gone = lambda: task.cancel()
         except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
-            self.internal_error(exchange, call)
+            self.internal_error(exchange, call or Call(msg))
+
+    def _message(self, head: Head, raw_target: str, peer: str, route: Route | None) -> Message:
+        session, path = session_and_path(raw_target, head.watched, peer)
+        return Message(self.transport, Phase.REQUEST, session=session, http_method=head.method, path=path,
+                       headers=HeaderView(head.headers), route=route.name if route else None)
+
+    @property
+    def plain(self) -> bool:
+        """No rule loaded and no tracing: requests may take the plain path (`relay_plain`)."""
+        return self._plain_route is not None and self.engine.idle and not self.engine.tracing.on
+
+    def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
+                    piece: bytes) -> ClientExchange | None:
+        """The plain path: a request that came whole in one piece of input, with a head holding nothing
+        to take out, goes upstream as written (Host aside) on an idle pooled connection, with no Head,
+        Message or Passthrough made unless the response needs them (`PlainRelay.promote`). None when
+        the request is not such a one: `handle` takes it."""
+        parser = client.parser
+        method = parser.get_method()
+        route = self._plain_route
+        if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or route is None or \
+                not parser.should_keep_alive() or parser.should_upgrade():
+            return None
+        length, session, hosts = -1, None, 0
+        for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
+            lower = name.lower()
+            if lower not in self._plain_special:
+                continue
+            if lower == b"content-length" and length < 0 and value.strip().isdigit():
+                length = int(value)
+            elif lower == b"host" and not hosts:
+                hosts = 1
+            elif lower == self.session_header:
+                if session is None:
+                    session = value
+            else:  # hop-by-hop, Expect, a second Host or Content-Length
+                return None
+        length = max(length, 0)
+        data, end = head_as_written(piece, route.host_header)
+        line_end = piece.find(b"\r\n")
+        if not data or len(piece) < end + length or not piece.startswith(b" HTTP/1.1", line_end - 9):
+            return None  # not all there, or not HTTP/1.1
+        conn = route.pool.take_idle()
+        if conn is None:  # a new connection is opened in a task: the general path does that
+            return None
+        exchange = ClientExchange(client, None, piece)
+        body = piece[end:end + length]
+        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, data + body)
+        return exchange
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
         ops.exception("internal error on %s %s", call.msg.http_method, call.msg.path)
@@ -330,11 +411,11 @@ class Deadlines:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.waiting: dict[Passthrough, float] = {}
+        self.waiting: dict[Passthrough | PlainRelay, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def wait(self, passthrough: Passthrough) -> None:
+    def wait(self, passthrough: Passthrough | PlainRelay) -> None:
         """Start `passthrough`'s wait, unless it waits already (a retry keeps the first try's deadline)."""
         waiting = self.waiting
         if passthrough not in waiting:
@@ -343,7 +424,7 @@ class Deadlines:
             if self._timer is None:
                 self._timer = loop.call_at(deadline, self._expire)
 
-    def done(self, passthrough: Passthrough) -> None:
+    def done(self, passthrough: Passthrough | PlainRelay) -> None:
         self.waiting.pop(passthrough, None)
 
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -363,7 +444,7 @@ class Deadlines:
             try:
                 passthrough.timed_out()
             except Exception:  # one call's failure must not stop the others' deadlines
-                ops.exception("upstream timeout of %s %s", passthrough.call.msg.http_method, passthrough.call.msg.path)
+                ops.exception("handling an upstream timeout failed")
 
     def close(self) -> None:
         if self._timer is not None:
@@ -372,19 +453,20 @@ class Deadlines:
         self.waiting.clear()
 
 
-class Passthrough:
-    """A request no rule can act on: its head re-serialised, body and response relayed as they arrive.
+class Passthrough(Call):
+    """A request no rule can act on (its own call): its head as written or re-serialised, body and response
+    relayed as they arrive.
 
     Only callbacks run here (no task), except to open a new upstream connection.
     """
 
-    __slots__ = ("proxy", "exchange", "call", "route", "target", "conn", "replay", "retried", "keep_body", "events",
+    __slots__ = ("proxy", "exchange", "route", "target", "conn", "replay", "retried", "keep_body", "events",
                  "length", "body", "as_is")
 
-    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, msg: Message, route: Route, target: bytes) -> None:
+        super().__init__(msg)
         self.proxy = proxy
         self.exchange = exchange
-        self.call = call
         self.route = route
         self.target = target
         self.conn: UpstreamConnection | None = None
@@ -393,7 +475,7 @@ class Passthrough:
         self.keep_body: list[bytes] | None = [] if exchange.head.has_body else None  # for the call line
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
-        self.body: bytes | None = None  # the whole body when it was read before the head went (a traced call's)
+        self.body: bytes | None = None  # the whole body, when it goes with the head (a traced call, or as written)
         self.as_is = AS_IS_NEVER  # set when the request is sent
 
     def start(self) -> None:
@@ -413,7 +495,7 @@ class Passthrough:
         try:
             conn = await self.route.pool.connect()
         except (OSError, TimeoutError) as exc:
-            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            self.proxy.upstream_failed(self.exchange, self, self.route, exc)
             return
         if self.exchange.gone:
             self.route.pool.release(conn)
@@ -439,8 +521,10 @@ class Passthrough:
                 not (head.expect_continue and not exchange.body.done):
             self.as_is = AS_IS_NO_EVENTS if head.method == "GET" else AS_IS
         body = self.body
+        if body is None and self._send_as_written():
+            return
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
-        headers = self.route.request_head(head, self.call, body_read=body is not None)
+        headers = self.route.request_head(head, self, body_read=body is not None)
         data = serialize_head(first_line(head.method, self.target), headers, framing)
         self._write(data if body is None else data + body)
         self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
@@ -449,12 +533,37 @@ class Passthrough:
         else:
             conn.request_sent = True
 
+    def _send_as_written(self) -> bool:
+        """Send the request as the agent wrote it, Host and request target aside, when it came whole in
+        one piece of input and its head holds nothing to take out (one write, no header list)."""
+        exchange, conn = self.exchange, self.conn
+        head, piece = exchange.head, exchange.piece
+        if piece is None or not head.plain or self.upstream_headers or conn is None:
+            return False
+        same = self.target is head.target and head.version == "1.1"
+        data, end = head_as_written(piece, self.route.host_header,
+                                    None if same else b"%b %b HTTP/1.1" % (head.method.encode("latin-1"), self.target))
+        length = head.length or 0
+        if not data or len(piece) < end + length:
+            return False
+        if length:
+            self.body = body = piece[end:end + length]
+            if length <= SMALL_BODY:
+                self.msg.body = body
+            self.keep_body = None
+            exchange.body.pipe(ignore, ignore)  # what the parser hands on of it has gone already
+            data += body
+        self._write(data)
+        self.proxy.deadlines.wait(self)
+        conn.request_sent = True
+        return True
+
     def timed_out(self) -> None:
         """No response head within --upstream-timeout (called by `Deadlines`)."""
         if self.conn is not None:
             self.conn.discard(self)
         self.exchange.body.unpipe()
-        self.proxy.upstream_failed(self.exchange, self.call, self.route, UpstreamTimeout(
+        self.proxy.upstream_failed(self.exchange, self, self.route, UpstreamTimeout(
             f"no response head within {self.proxy.upstream_timeout:g} s"))
 
     def _stop_timer(self) -> None:
@@ -481,7 +590,7 @@ class Passthrough:
         if self.conn is not None:
             self.conn.request_sent = True
         if self.keep_body is not None:
-            self.call.msg.body = b"".join(self.keep_body)
+            self.msg.body = b"".join(self.keep_body)
             self.keep_body = None
 
     # ResponseSink
@@ -492,7 +601,7 @@ class Passthrough:
     def response_head(self, head: Head) -> None:
         self.replay = None
         self._stop_timer()
-        self.call.status = head.status
+        self.status = head.status
         headers = head.forward
         if self.exchange.head.method == "GET" and head.status == 200 and \
                 b"text/event-stream" in (header(headers, b"content-type") or b""):
@@ -504,17 +613,16 @@ class Passthrough:
     def response_as_is(self, status: int) -> None:
         self.replay = None
         self._stop_timer()
-        self.call.status = status
+        self.status = status
         self.exchange.started = True
 
     def response_body(self, data: bytes) -> None:
         if self.events is not None:
             self.events.feed(data)
             return
-        call = self.call
-        call.bytes_out += len(data)
-        if call.bytes_out == self.length:  # the agent has it all with this piece: log first
-            call.finish(self.proxy.engine)
+        self.bytes_out += len(data)
+        if self.bytes_out == self.length:  # the agent has it all with this piece: log first
+            self.finish(self.proxy.engine)
         self.exchange.write(data)
 
     def response_end(self, trailers: Headers) -> None:
@@ -522,11 +630,11 @@ class Passthrough:
             self.events.finish(trailers)
             return
         if self.conn is not None and self.conn.as_is:
-            self.call.bytes_out = self.conn.body_bytes
-            self.call.finish(self.proxy.engine)  # before the last piece goes (the client's writes are corked)
+            self.bytes_out = self.conn.body_bytes
+            self.finish(self.proxy.engine)  # before the last piece goes (the client's writes are corked)
             self.exchange.finish()
             return
-        self.call.finish(self.proxy.engine)
+        self.finish(self.proxy.engine)
         self.exchange.end(trailers)
 
     def _relay_events(self, headers: Headers) -> None:
@@ -539,7 +647,7 @@ class Passthrough:
         self.exchange.on_client_gone = task.cancel
 
     async def _pump_events(self) -> None:
-        exchange, call, events = self.exchange, self.call, self.events
+        exchange, call, events = self.exchange, self, self.events  # this pass-through is the call
         assert events is not None
         relay = self.route.relay_for(call.msg.path or "/")
         try:
@@ -571,13 +679,13 @@ class Passthrough:
             return
         self._stop_timer()
         self.exchange.body.unpipe()
-        self.proxy.upstream_failed(self.exchange, self.call, self.route, error)
+        self.proxy.upstream_failed(self.exchange, self, self.route, error)
 
     async def _resend(self, replay: list[bytes]) -> None:
         try:
             conn = await self.route.pool.connect()
         except (OSError, TimeoutError) as exc:
-            self.proxy.upstream_failed(self.exchange, self.call, self.route, exc)
+            self.proxy.upstream_failed(self.exchange, self, self.route, exc)
             return
         self.conn = conn
         conn.begin(self, head_request=self.exchange.head.method == "HEAD")
@@ -590,10 +698,112 @@ class Passthrough:
 
     def _client_gone(self) -> None:
         self._stop_timer()
-        self.call.outcome = "client_disconnected"
+        self.outcome = "client_disconnected"
         if self.conn is not None:
             self.conn.discard(self)
-        self.call.finish(self.proxy.engine)
+        self.finish(self.proxy.engine)
+
+
+class PlainRelay:
+    """A request on the plain path (`HttpProxy.relay_plain`): sent as written, its response relayed as
+    the upstream wrote it, one call line. Anything else its exchange meets (a response head that must
+    change, a 1xx, a failure, a timeout) is the general path's: `promote` hands the call to a
+    Passthrough in the state it would have had from the start."""
+
+    __slots__ = ("proxy", "exchange", "route", "conn", "method", "target", "headers", "session", "body", "sent",
+                 "started", "status", "as_is")
+
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, route: Route, conn: UpstreamConnection,
+                 method: bytes, target: bytes, headers: Headers, session: bytes | None, body: bytes,
+                 sent: bytes) -> None:
+        self.started = time.perf_counter()
+        self.proxy = proxy
+        self.exchange = exchange
+        self.route = route
+        self.conn = conn
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.session = session
+        self.body = body
+        self.sent = sent
+        self.status: int | None = None
+        # a GET's event stream stays apart: a legacy endpoint event may need pointing back here
+        self.as_is = AS_IS_NO_EVENTS if method == b"GET" else AS_IS
+        client = exchange.conn
+        conn.begin(self, head_request=False)
+        conn.client = client  # each pauses the other's reading while it cannot take more
+        exchange.upstream = conn
+        exchange.on_client_gone = self._client_gone
+        if client._writing_paused:
+            conn.pause_reading()
+        conn.send(sent)
+        conn.request_sent = True
+        proxy.deadlines.wait(self)
+
+    def promote(self) -> Passthrough:
+        """The general path takes the call over: the request's Head, Message and Passthrough, made now."""
+        proxy, exchange, conn = self.proxy, self.exchange, self.conn
+        head = Head(self.headers, "1.1", True, exchange.conn.special, proxy.session_header)
+        head.method = method_name(self.method)
+        head.target = self.target
+        exchange.head = head
+        msg = proxy._message(head, self.target.decode("latin-1"), exchange.peer, self.route)
+        passthrough = Passthrough(proxy, exchange, msg, self.route, self.target)
+        passthrough.started, passthrough.status, passthrough.bytes_out = self.started, self.status, conn.body_bytes
+        passthrough.conn = conn
+        passthrough.as_is = self.as_is
+        passthrough.keep_body = None
+        if self.body:
+            passthrough.body = self.body  # sent whole with the head
+            if len(self.body) <= SMALL_BODY:
+                msg.body = self.body
+        if conn.reused and head.method in IDEMPOTENT:  # the upstream may have closed it unseen: resent once
+            passthrough.replay = [self.sent]
+        conn.sink = passthrough
+        exchange.on_client_gone = passthrough._client_gone
+        proxy.deadlines.done(self)
+        proxy.deadlines.wait(passthrough)
+        return passthrough
+
+    def timed_out(self) -> None:
+        """No response head within --upstream-timeout (called by `Deadlines`, which let it go)."""
+        passthrough = self.promote()
+        self.proxy.deadlines.done(passthrough)
+        passthrough.timed_out()
+
+    # ResponseSink
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None:
+        self.promote().informational(status, reason, headers)
+
+    def response_head(self, head: Head) -> None:
+        self.promote().response_head(head)
+
+    def response_as_is(self, status: int) -> None:
+        self.proxy.deadlines.done(self)
+        self.status = status
+        self.exchange.started = True
+
+    def response_body(self, data: bytes) -> None:  # never: a response not relayed as is promotes first
+        self.promote().response_body(data)
+
+    def response_end(self, trailers: Headers) -> None:
+        self._log("ok")  # before the last piece goes (the client's writes are corked)
+        self.exchange.finish()
+
+    def upstream_failed(self, error: BaseException) -> None:
+        self.promote().upstream_failed(error)
+
+    def _client_gone(self) -> None:
+        self.proxy.deadlines.done(self)
+        self.conn.discard(self)
+        self._log("client_disconnected")
+
+    def _log(self, outcome: str) -> None:
+        self.proxy.engine.log.write_call((
+            self.proxy.transport, self.session, self.exchange.peer, self.route.name, self.method, self.target,
+            self.status, outcome, self.conn.body_bytes, time.perf_counter() - self.started, self.body or None),
+            _fill_plain_call_line)
 
 
 class ResponseReader:
@@ -946,8 +1156,7 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     if type(body) is bytes and len(body) <= DEFERRED_BODY and not msg.parsed:
         called: Any = body
     else:
-        rpc = msg.rpc if body is not None else None
-        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+        called = rpc_call(msg.rpc) if body is not None else None
     engine.log.write_call((
         transport, msg.session, msg.route, msg.http_method, msg.path, exchange.status, exchange.outcome,
         exchange.bytes_out, time.perf_counter() - exchange.started, tuple(exchange.faults) if exchange.faults else (),
@@ -973,13 +1182,20 @@ def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
     line["duration_ms"] = round(duration_s * 1e6) / 1000  # round(x, 3) is slow
     line["faults"] = faults
     if type(called) is bytes:  # the request body, not parsed on the way
-        rpc = parse_rpc(called)
-        called = (rpc_method(rpc), rpc_tool(rpc), rpc.get("id")) if rpc is not None else None
+        called = rpc_call(parse_rpc(called))
     if called is not None:
         line["method"], line["tool"], line["rpc_id"] = called
     elif model_call is not None or (http_method == "POST" and path and api_for_path(path)):
         # a model-API call (named even when no rule acted and the body was never parsed)
         line["api"], line["model"], line["turn"] = model_call or (api_for_path(path), None, None)
+
+
+def _fill_plain_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
+    """A call line from a PlainRelay's record: its raw values decoded here, at the flush."""
+    transport, watched, peer, route, method, target, status, outcome, bytes_out, duration_s, body = record
+    session, path = session_and_path(target.decode("latin-1"), watched, peer)
+    _fill_call_line(line, (transport, session, route, method_name(method), path, status, outcome, bytes_out,
+                           duration_s, (), body, None))
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:

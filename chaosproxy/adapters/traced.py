@@ -27,13 +27,13 @@ class TracedPassthrough(Passthrough):
             self.keep_body = None
             exchange.body.pipe(self.pieces.append, self._body_read)
             return
-        start_span(self.proxy.engine, exchange, self.call, self.route, self.target)
+        start_span(self.proxy.engine, exchange, self, self.route, self.target)
         super().start()
 
     def _body_read(self, trailers: Headers) -> None:
         self.exchange.body.unpipe()
-        msg = self.call.msg
+        msg = self.msg
         msg.body = b"".join(self.pieces)
-        start_span(self.proxy.engine, self.exchange, self.call, self.route, self.target)
+        start_span(self.proxy.engine, self.exchange, self, self.route, self.target)
         self.body = msg.body  # with the proxy's context in its _meta
         super().start()

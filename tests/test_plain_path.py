@@ -1,0 +1,137 @@
+"""The plain path (`HttpProxy.relay_plain`) on real sockets: with no rule loaded, a request that finds an
+idle pooled connection goes upstream as written and its response comes back as written, and whatever
+the exchange then meets is handed to the general path (`PlainRelay.promote`). Each test first makes a
+request that leaves a pooled connection behind, so the next one takes the plain path."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+
+from tests.framing_support import RawClient, read_request
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
+
+
+def get(path: str, *extra: str) -> bytes:
+    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: agent", *extra]) + "\r\n\r\n").encode()
+
+
+def upstream_script(holder: dict[str, str]):
+    async def script(reader, writer):
+        while True:
+            head, _ = await read_request(reader)
+            path = head.split(b" ")[1]
+            if path == b"/hop":
+                writer.write(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n"
+                             b"Content-Length: 2\r\nX-End: 1\r\n\r\nok")
+            elif path == b"/early":
+                writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + OK)
+            elif path == b"/sse":
+                endpoint = f"event: endpoint\ndata: {holder['url']}/messages/?session_id=ab\n\n".encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                             b"\r\n%x\r\n%b\r\n0\r\n\r\n" % (len(endpoint), endpoint))
+            elif path == b"/slow":
+                await asyncio.sleep(30)
+            elif path == b"/cut":  # half the body, then the connection goes
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf!")
+                await writer.drain()
+                return
+            else:
+                writer.write(OK)
+            await writer.drain()
+    return script
+
+
+def start(make_proxy, scripted, **options):
+    holder: dict[str, str] = {}
+    upstream = scripted(upstream_script(holder))
+    holder["url"] = upstream.url
+    return make_proxy(to=upstream.url, **options), upstream
+
+
+def warm(client: RawClient) -> None:
+    client.send(get("/warm"))
+    assert client.response()[:3:2] == (200, b"ok")
+
+
+def read_until(client: RawClient, end: bytes, timeout: float = 5) -> bytes:
+    data, deadline = b"", time.monotonic() + timeout
+    while not data.endswith(end) and time.monotonic() < deadline:
+        data += client.sock.recv(4096)
+    return data
+
+
+def test_a_response_head_that_must_change_is_rewritten(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/hop"))
+        status, headers, body = client.response()
+        assert (status, body, headers["X-End"]) == (200, b"ok", "1")
+        assert "Keep-Alive" not in headers and "Connection" not in headers
+        warm(client)  # in step after it
+
+
+def test_an_informational_response_is_relayed_before_the_final_one(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/early"))
+        raw = read_until(client, b"\r\n\r\nok")
+    assert raw.startswith(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert raw.endswith(b"\r\n\r\nok")
+
+
+def test_a_legacy_endpoint_event_still_points_back_through_the_proxy(make_proxy, scripted):
+    proxy, upstream = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/sse", "Accept: text/event-stream"))
+        _, _, body = client.response()
+    assert b"data: /messages/?session_id=ab" in body and upstream.url.encode() not in body
+
+
+def test_a_client_that_leaves_before_the_answer_gets_its_call_line(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    client = RawClient(proxy.url)
+    warm(client)
+    client.send(get("/slow"))
+    time.sleep(0.2)
+    client.close()
+    deadline = time.monotonic() + 5
+    while len(proxy.events("call")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [call["outcome"] for call in proxy.events("call")] == ["ok", "client_disconnected"]
+
+
+def test_call_lines_of_the_plain_path_name_session_path_and_json_rpc_fields(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted, log_batch_s=60.0)
+    payload = orjson.dumps(CALL)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(b"POST /a%%20b?x=1 HTTP/1.1\r\nHost: a\r\nMcp-Session-Id: s-1\r\nContent-Length: %d\r\n\r\n%b"
+                    % (len(payload), payload))
+        assert client.response()[0] == 200
+    proxy.log.flush()
+    _, call = proxy.events("call")
+    assert (call["path"], call["session"], call["http_method"], call["status"], call["bytes_out"]) == \
+        ("/a b", "s-1", "POST", 200, 2)
+    assert (call["method"], call["tool"], call["rpc_id"], call["route"]) == ("tools/call", "search", 7, "default")
+
+
+def test_an_upstream_that_breaks_off_mid_body_cuts_the_agent_off(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/cut"))
+        raw = read_until(client, b"half!")
+        assert raw.endswith(b"\r\n\r\nhalf!") and client.sock.recv(100) == b""  # then the end, not 5 more bytes
+    deadline = time.monotonic() + 5
+    while len(proxy.events("call")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cut = proxy.events("call")[1]
+    assert (cut["status"], cut["outcome"], cut["bytes_out"]) == (200, "upstream_error", 5)
