@@ -152,7 +152,12 @@ class Exporter:
 
     def _export(self, batch: list[Finished]) -> None:
         encoder = self.encoder
-        body = encoder.request([span.encoded(encoder) for span in batch])
+        try:
+            body = encoder.request([span.encoded(encoder) for span in batch])
+        except Exception:  # a bug here must not end the thread (the queue would only fill)
+            ops.exception("OpenTelemetry: %d spans could not be encoded", len(batch))
+            self.failed += len(batch)
+            return
         headers = {**self.settings.headers, "Content-Type": "application/x-protobuf"}
         if self.settings.gzip:
             body = gzip.compress(body, 6)
@@ -226,7 +231,11 @@ class Encoder:
         cache = self._cache
         parts = []
         for key, value in attributes.items():
-            cached = cache.get(item := (key, value, type(value)))  # the type: True == 1 == 1.0, encoded three ways
+            item = (key, value, type(value))  # the type: True == 1 == 1.0, encoded three ways
+            try:
+                cached = cache.get(item)
+            except TypeError:  # a structure: encoded as its str(), not kept
+                cached = _field(9, _key_value(key, value))
             if cached is None:
                 if len(cache) >= MAX_CACHED:  # values that do not repeat (request ids) fill it
                     cache.clear()

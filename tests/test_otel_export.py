@@ -177,3 +177,47 @@ def test_a_traced_upload_with_expect_gets_one_100_continue(make_proxy: Any, rece
         assert client.read_line().startswith(b"HTTP/1.1 200")  # the final answer, no other 100 before it
     tracing.shutdown()
     receiver.wait_for(lambda spans: any(s.name == "tools/call search" for s in spans), timeout=10)
+
+
+def test_a_context_in_meta_counts_however_its_key_is_escaped(make_proxy: Any, receiver: Receiver):  # noqa: F811
+    """parentbased_traceidratio at 0: a call with no context is not recorded (its body not even parsed),
+    one whose `_meta` names a sampled context is, also when the key is written with \\u escapes."""
+    proxy = make_proxy("rules: []")
+    proxy.engine.tracing = tracing = tracing_for(receiver, OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+                                                 OTEL_TRACES_SAMPLER_ARG="0")
+    rpc_call(proxy.url, "root")
+    body = ('{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"escaped","arguments":{},'
+            '"_meta":{"trace\\u0070arent":"00-%s-%s-01"}}}' % (AGENT_TRACE, AGENT_SPAN)).encode()
+    request = urllib.request.Request(proxy.url + "/echo/mcp", body, {"Content-Type": "application/json"},
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        got = json.loads(reply.read())
+    tracing.shutdown()
+    [span] = receiver.wait_for(lambda spans: len(spans) == 1, timeout=10)
+    assert (span.name, span.trace_id, span.parent_id) == ("tools/call escaped", AGENT_TRACE, AGENT_SPAN)
+    assert got["params"]["_meta"] == {"traceparent": f"00-{AGENT_TRACE}-{span.span_id}-01"}
+    assert tracing.exporter.exported == 1
+
+
+def test_attributes_keep_their_types_through_the_encoders_cache():
+    """True, 1 and 1.0 are equal in Python (one cache key would do for all three) but are a bool, an
+    int and a double in OTLP; a string and a structure are strings. Decoded with opentelemetry-proto."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from chaosproxy.otel import SpanData
+    from chaosproxy.otlp import Encoder
+
+    encoder = Encoder({"service.name": "types"}, "1")
+    spans = []
+    for number in range(2):  # the second time from the cache
+        span = SpanData("typed", 1, bytes(range(1, 17)), bytes(range(1, 9)), b"", "", 1, {
+            "flag": True, "count": 1, "ratio": 1.0, "text": "1", f"key{number}": [1]})
+        span.end_ns = 2
+        spans.append(span.encoded(encoder))
+    export = ExportTraceServiceRequest.FromString(encoder.request(spans))
+    decoded = [{kv.key: (kv.value.WhichOneof("value"), getattr(kv.value, kv.value.WhichOneof("value")))
+                for kv in span.attributes} for span in export.resource_spans[0].scope_spans[0].spans]
+    for number, attributes in enumerate(decoded):
+        assert attributes == {"flag": ("bool_value", True), "count": ("int_value", 1),
+                              "ratio": ("double_value", 1.0), "text": ("string_value", "1"),
+                              f"key{number}": ("string_value", "[1]")}
