@@ -1,4 +1,4 @@
-"""The plain path (`HttpProxy.relay_plain`) on real sockets: with no rule loaded, a request that finds an
+"""The plain path (`HttpProxy.relay_plain`) on real sockets: a request no rule could act on that finds an
 idle pooled connection goes upstream as written and its response comes back as written, and whatever
 the exchange then meets is handed to the general path (`PlainRelay.promote`). Each test first makes a
 request that leaves a pooled connection behind, so the next one takes the plain path."""
@@ -135,3 +135,18 @@ def test_an_upstream_that_breaks_off_mid_body_cuts_the_agent_off(make_proxy, scr
         time.sleep(0.05)
     cut = proxy.events("call")[1]
     assert (cut["status"], cut["outcome"], cut["bytes_out"]) == (200, "upstream_error", 5)
+
+
+def test_a_rule_that_could_act_still_gets_the_request(make_proxy, scripted):
+    holder: dict[str, str] = {}
+    upstream = scripted(upstream_script(holder))
+    holder["url"] = upstream.url
+    proxy = make_proxy({"rules": [{"name": "admin-down", "match": {"path": "/admin/*"},
+                                   "fault": {"type": "http_error", "status": 503}}]}, to=upstream.url)
+    with RawClient(proxy.url) as client:
+        warm(client)  # no rule could act on it: plain
+        client.send(get("/admin/x"))
+        assert client.response()[0] == 503
+        warm(client)
+    assert [(call["path"], call["faults"]) for call in proxy.events("call")] == \
+        [("/warm", []), ("/admin/x", ["admin-down"]), ("/warm", [])]

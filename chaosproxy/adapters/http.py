@@ -3,10 +3,10 @@
 The wire is `h1` (asyncio Protocols + httptools). Each request is judged on its head alone
 (`Engine.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
 callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting path (`Inspection`,
-one coroutine), which reads what rules need, asks the engine, and carries the actions out. With no
-rule loaded at all, a plain request (whole in one read, nothing in its head to take out) that finds an
-idle pooled connection takes the plain path first (`HttpProxy.relay_plain`, `PlainRelay`): relayed as
-written with no Head, Message or Passthrough made, unless its exchange needs the general path.
+one coroutine), which reads what rules need, asks the engine, and carries the actions out. A plain
+request no rule could act on (whole in one read, nothing in its head to take out) that finds an idle
+pooled connection takes the plain path first (`HttpProxy.relay_plain`, `PlainRelay`): relayed as
+written with no Head or Passthrough made, unless its exchange needs the general path.
 
 Where a call starts and ends, for whoever wants to hook in (tracing): `HttpProxy.handle` builds the
 `Call` once the head is known and before anything goes upstream (`Call.upstream_headers` are added to
@@ -273,7 +273,7 @@ class HttpProxy:
         head = exchange.head
         raw_target = head.target.decode("latin-1")
         route, target = self._route(raw_target) if raw_target.startswith("/") else (None, None)
-        msg = self._message(head, raw_target, exchange.peer, route)
+        msg = self._message(head.method, raw_target, head.watched, head.headers, exchange.peer, route)
         call: Call | None = None
         try:
             if not raw_target.startswith("/") or head.method == "CONNECT":
@@ -308,22 +308,24 @@ class HttpProxy:
         except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
             self.internal_error(exchange, call or Call(msg))
 
-    def _message(self, head: Head, raw_target: str, peer: str, route: Route | None) -> Message:
-        session, path = session_and_path(raw_target, head.watched, peer)
-        return Message(self.transport, Phase.REQUEST, session=session, http_method=head.method, path=path,
-                       headers=HeaderView(head.headers), route=route.name if route else None)
+    def _message(self, method: str, raw_target: str, watched: bytes | None, headers: Headers, peer: str,
+                 route: Route | None) -> Message:
+        session, path = session_and_path(raw_target, watched, peer)
+        return Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
+                       headers=HeaderView(headers), route=route.name if route else None)
 
     @property
     def plain(self) -> bool:
-        """No rule loaded and no tracing: requests may take the plain path (`relay_plain`)."""
-        return self._plain_route is not None and self.engine.idle and not self.engine.tracing.on
+        """No tracing, and one route that changes no target: requests may take the plain path."""
+        return self._plain_route is not None and not self.engine.tracing.on
 
     def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
                     piece: bytes) -> ClientExchange | None:
-        """The plain path: a request that came whole in one piece of input, with a head holding nothing
-        to take out, goes upstream as written (Host aside) on an idle pooled connection, with no Head,
-        Message or Passthrough made unless the response needs them (`PlainRelay.promote`). None when
-        the request is not such a one: `handle` takes it."""
+        """The plain path: a request no rule could act on, that came whole in one piece of input with a
+        head holding nothing to take out, goes upstream as written (Host aside) on an idle pooled
+        connection, with no Head or Passthrough made (nor a Message, with no rule loaded) unless the
+        response needs them (`PlainRelay.promote`). None when the request is not such a one: `handle`
+        takes it."""
         parser = client.parser
         method = parser.get_method()
         route = self._plain_route
@@ -349,6 +351,9 @@ class HttpProxy:
         line_end = piece.find(b"\r\n")
         if not data or len(piece) < end + length or not piece.startswith(b" HTTP/1.1", line_end - 9):
             return None  # not all there, or not HTTP/1.1
+        if not self.engine.idle and self.engine.could_act(self._message(
+                method_name(method), target.decode("latin-1"), session, headers, client.peer, route)):
+            return None  # a rule may act on it: the general path asks the engine again, with its Head
         conn = route.pool.take_idle()
         if conn is None:  # a new connection is opened in a task: the general path does that
             return None
@@ -748,7 +753,8 @@ class PlainRelay:
         head.method = method_name(self.method)
         head.target = self.target
         exchange.head = head
-        msg = proxy._message(head, self.target.decode("latin-1"), exchange.peer, self.route)
+        msg = proxy._message(head.method, self.target.decode("latin-1"), head.watched, self.headers, exchange.peer,
+                             self.route)
         passthrough = Passthrough(proxy, exchange, msg, self.route, self.target)
         passthrough.started, passthrough.status, passthrough.bytes_out = self.started, self.status, conn.body_bytes
         passthrough.conn = conn
