@@ -346,14 +346,14 @@ class HttpProxy:
                     session = value
             else:  # hop-by-hop, Expect, a second Host or Content-Length
                 return None
+        if not self.engine.idle and self.engine.could_act(self._message(
+                method_name(method), target.decode("latin-1"), session, headers, client.peer, route)):
+            return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
         data, end = head_as_written(piece, route.host_header)
         line_end = piece.find(b"\r\n")
         if not data or len(piece) < end + length or not piece.startswith(b" HTTP/1.1", line_end - 9):
             return None  # not all there, or not HTTP/1.1
-        if not self.engine.idle and self.engine.could_act(self._message(
-                method_name(method), target.decode("latin-1"), session, headers, client.peer, route)):
-            return None  # a rule may act on it: the general path asks the engine again, with its Head
         conn = route.pool.take_idle()
         if conn is None:  # a new connection is opened in a task: the general path does that
             return None
