@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,11 +50,3 @@ def rules(*entries: dict[str, Any]) -> dict[str, Any]:
     """A scenario of rules given as {name, fault, ...} dicts (names default to r0, r1, ...)."""
     return {"rules": [{"name": f"r{i}", **entry} for i, entry in enumerate(entries)]}
 
-
-def call_lines(proxy: Any, count: int, timeout: float = 3.0) -> list[dict[str, Any]]:
-    """The proxy's call lines once `count` are written (each is written as its exchange ends, which
-    may be just after the client has read the last byte)."""
-    deadline = time.monotonic() + timeout
-    while len(lines := proxy.events("call")) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return lines

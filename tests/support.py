@@ -53,6 +53,15 @@ def log_events(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
     return [line for line in lines if kind is None or line["event"] == kind]
 
 
+def call_lines(proxy: Any, count: int, timeout: float = 3.0) -> list[dict[str, Any]]:
+    """The proxy's call lines once `count` are written (each is written as its exchange ends, which
+    may be just after the client has read the last byte)."""
+    deadline = time.monotonic() + timeout
+    while len(lines := proxy.events("call")) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return lines
+
+
 def rule(name: str, fault: dict[str, Any], **gates: Any) -> dict[str, Any]:
     """A one-rule scenario dict."""
     return {"rules": [{"name": name, "fault": fault, **gates}]}

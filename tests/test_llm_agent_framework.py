@@ -14,7 +14,8 @@ import agents  # noqa: E402
 import pytest  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
-from tests.llm_support import ScriptedLlm, call_lines, llm, rules  # noqa: F401
+from tests.llm_support import ScriptedLlm, llm, rules  # noqa: F401
+from tests.support import call_lines
 
 agents.set_tracing_disabled(True)
 

@@ -7,7 +7,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.llm_support import ANTHROPIC_TOOLS, PROMPT, RESULT, ScriptedLlm, call_lines, llm, rules  # noqa: F401
+from tests.llm_support import ANTHROPIC_TOOLS, PROMPT, RESULT, ScriptedLlm, llm, rules  # noqa: F401
+from tests.support import call_lines
 
 MODEL = "claude-test"
 

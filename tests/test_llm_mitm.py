@@ -19,8 +19,8 @@ from chaosproxy.demo import llm_server
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
 from chaosproxy.scenario import parse_scenario
-from tests.llm_support import CHAT_TOOLS, PROMPT, call_lines, rules
-from tests.support import ServerLoop, log_events
+from tests.llm_support import CHAT_TOOLS, PROMPT, rules
+from tests.support import ServerLoop, call_lines, log_events
 from tests.test_mitm import confdir, tls_files  # noqa: F401
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from chaosproxy.report.build import build_report
 from chaosproxy.report.logfile import read_sessions
-from tests.llm_support import CHAT_TOOLS, PROMPT, RESULT, ScriptedLlm, call_lines, llm, rules  # noqa: F401
+from tests.llm_support import CHAT_TOOLS, PROMPT, RESULT, ScriptedLlm, llm, rules  # noqa: F401
+from tests.support import call_lines
 
 MODEL = "gpt-test"
 

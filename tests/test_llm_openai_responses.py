@@ -8,7 +8,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.llm_support import PROMPT, RESPONSES_TOOLS, RESULT, ScriptedLlm, call_lines, llm, rules  # noqa: F401
+from tests.llm_support import PROMPT, RESPONSES_TOOLS, RESULT, ScriptedLlm, llm, rules  # noqa: F401
+from tests.support import call_lines
 
 MODEL = "gpt-test"
 

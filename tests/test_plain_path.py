@@ -11,6 +11,7 @@ import time
 import orjson
 
 from tests.framing_support import RawClient, read_request
+from tests.support import call_lines
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
@@ -102,10 +103,7 @@ def test_a_client_that_leaves_before_the_answer_gets_its_call_line(make_proxy, s
     client.send(get("/slow"))
     time.sleep(0.2)
     client.close()
-    deadline = time.monotonic() + 5
-    while len(proxy.events("call")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [call["outcome"] for call in proxy.events("call")] == ["ok", "client_disconnected"]
+    assert [call["outcome"] for call in call_lines(proxy, 2, timeout=5)] == ["ok", "client_disconnected"]
 
 
 def test_call_lines_of_the_plain_path_name_session_path_and_json_rpc_fields(make_proxy, scripted):
@@ -130,10 +128,7 @@ def test_an_upstream_that_breaks_off_mid_body_cuts_the_agent_off(make_proxy, scr
         client.send(get("/cut"))
         raw = read_until(client, b"half!")
         assert raw.endswith(b"\r\n\r\nhalf!") and client.sock.recv(100) == b""  # then the end, not 5 more bytes
-    deadline = time.monotonic() + 5
-    while len(proxy.events("call")) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    cut = proxy.events("call")[1]
+    cut = call_lines(proxy, 2, timeout=5)[1]
     assert (cut["status"], cut["outcome"], cut["bytes_out"]) == (200, "upstream_error", 5)
 
 

@@ -29,7 +29,7 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, REQUEST_SPECIAL, Body, ClientConnection, ClientExchange, Head,
+    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head,
     Headers, UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, last_chunk, method_name, serialize_head,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
@@ -242,7 +242,6 @@ class HttpProxy:
         # the plain path (relay_plain) serves a proxy with one route that changes no target
         root = self.routes[0]
         self._plain_route = root if len(self.routes) == 1 and not root.prefix and not root.base_path else None
-        self._plain_special = REQUEST_SPECIAL | {self.session_header}
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -333,9 +332,10 @@ class HttpProxy:
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
         length, session, hosts = -1, None, 0
+        special = client.special  # the names Head's pass stops at
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
             lower = name.lower()
-            if lower not in self._plain_special:
+            if lower not in special:
                 continue
             if lower == b"content-length" and length < 0 and value.strip().isdigit():
                 length = int(value)
