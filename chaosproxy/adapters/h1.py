@@ -413,6 +413,7 @@ class ClientExchange:
     def finish(self) -> None:
         if not self.finished:
             self.finished = True
+            self.on_client_gone = None  # its call's, which refers back here: freed now, not by the GC
             self.conn.exchange_done(self)
 
     def close(self) -> None:
