@@ -132,15 +132,16 @@ class Head:
 
 _HOPS: dict[tuple[frozenset[bytes], frozenset[bytes]], frozenset[bytes]] = {}
 _NOT_AS_IS = HOP_BY_HOP - {b"transfer-encoding"}
+_AS_IS_CHECKED = HOP_BY_HOP | {b"content-type"}  # the names `relayable` looks at
 
 
 def relayable(headers: Headers, events: bool) -> bool:
     """Whether a response head may reach the client as the upstream wrote it: it has no hop-by-hop
     header bar `Transfer-Encoding: chunked`, and (unless `events`) is not an event stream's."""
     for name, value in headers:
-        lower = name.lower()
-        if lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or \
-                (lower == b"content-type" and not events and b"event-stream" in value):
+        if (lower := name.lower()) in _AS_IS_CHECKED and (
+                lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or
+                (lower == b"content-type" and not events and b"event-stream" in value)):
             return False
     return True
 
@@ -493,11 +494,6 @@ class _Wire(asyncio.Protocol):
                 self._drain = asyncio.get_running_loop().create_future()
             await self._drain
 
-    def _began(self) -> None:
-        """A message began: the piece it starts, if it starts one."""
-        self._mid_message = True
-        self._head_piece, self._piece = self._piece, None
-
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._trailers is not None:
             self._trailers.append((name, value))
@@ -605,7 +601,8 @@ class ClientConnection(_Wire):
         self._url = b""
         self._headers = []
         self._trailers = None
-        self._began()
+        self._mid_message = True  # a message began: the piece it starts, if it starts one
+        self._head_piece, self._piece = self._piece, None
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -889,7 +886,8 @@ class UpstreamConnection(_Wire):
         self._trailers = None
         self._reason = b""
         self.response_started = True
-        self._began()
+        self._mid_message = True  # a message began: the piece it starts, if it starts one
+        self._head_piece, self._piece = self._piece, None
 
     def on_status(self, reason: bytes) -> None:
         self._reason += reason

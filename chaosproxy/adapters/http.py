@@ -1197,11 +1197,28 @@ def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
 
 
 def _fill_plain_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
-    """A call line from a PlainRelay's record: its raw values decoded here, at the flush."""
+    """A call line from a PlainRelay's record: its raw values decoded here, at the flush (what
+    `_fill_call_line` makes of them, with no fault, no model call, and the body not parsed yet)."""
     transport, watched, peer, route, method, target, status, outcome, bytes_out, duration_s, body = record
-    session, path = session_and_path(target.decode("latin-1"), watched, peer)
-    _fill_call_line(line, (transport, session, route, method_name(method), path, status, outcome, bytes_out,
-                           duration_s, (), body, None))
+    raw = target.decode("latin-1")
+    if watched is None and "?" not in raw and "%" not in raw:
+        session, path = peer, raw
+    else:
+        session, path = session_and_path(raw, watched, peer)
+    line["transport"] = transport
+    line["session"] = session
+    line["route"] = route
+    line["http_method"] = http_method = method_name(method)
+    line["path"] = path
+    line["status"] = status
+    line["outcome"] = outcome
+    line["bytes_out"] = bytes_out
+    line["duration_ms"] = round(duration_s * 1e6) / 1000
+    line["faults"] = ()
+    if body is not None and (rpc := parse_rpc(body)) is not None:
+        line["method"], line["tool"], line["rpc_id"] = rpc_call(rpc)
+    elif http_method == "POST" and (api := api_for_path(path)):
+        line["api"], line["model"], line["turn"] = api, None, None
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:
