@@ -10,8 +10,12 @@ import time
 
 import orjson
 
+from chaosproxy.adapters.http import HttpProxy
+from chaosproxy.otel import OtlpTracing
 from tests.framing_support import RawClient, read_request
+from tests.otlp import Receiver
 from tests.support import call_lines
+from tests.test_otel import AGENT_SPAN, AGENT_TRACE, receiver  # noqa: F401
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
@@ -145,3 +149,51 @@ def test_a_rule_that_could_act_still_gets_the_request(make_proxy, scripted):
         warm(client)
     assert [(call["path"], call["faults"]) for call in proxy.events("call")] == \
         [("/warm", []), ("/admin/x", ["admin-down"]), ("/warm", [])]
+
+
+def test_a_traced_call_takes_the_plain_path_with_the_proxy_context_in_head_and_meta(
+        make_proxy, scripted, receiver: Receiver, monkeypatch):  # noqa: F811
+    """Tracing on: the span opens on the plain path, under the agent's context (its traceparent header);
+    the proxy's context replaces it in the header and joins params._meta (the rest of _meta kept), and
+    Content-Length follows the longer body."""
+    got: list[tuple[bytes, bytes]] = []
+
+    async def script(reader, writer):
+        while True:
+            got.append(await read_request(reader))
+            hop = got[-1][0].startswith(b"GET /hop ")  # a response head to rewrite: promoted
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok" if hop else OK)
+            await writer.drain()
+
+    taken: list[bool] = []
+    relay_plain = HttpProxy.relay_plain
+    monkeypatch.setattr(HttpProxy, "relay_plain", lambda *args: taken.append(bool(found := relay_plain(*args)))
+                        or found)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    proxy = make_proxy(to=scripted(script).url)
+    tracing = proxy.engine.tracing = OtlpTracing(run_id="plain", seed=3)
+    agent = f"00-{AGENT_TRACE}-{AGENT_SPAN}-01"
+    payload = orjson.dumps({**CALL, "params": {**CALL["params"], "_meta": {"progressToken": 5}}})
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: a\r\ntraceparent: %b\r\nContent-Length: %d\r\n\r\n%b"
+                    % (agent.encode(), len(payload), payload))
+        assert client.response()[:3:2] == (200, b"ok")
+        client.send(get("/hop"))
+        assert client.response()[:3:2] == (200, b"ok")
+    tracing.shutdown()
+    receiver.wait_for(lambda spans: len(spans) == 3, timeout=10)
+    assert taken == [False, True, True]  # the first found no pooled connection: the general path took it
+    warmed, hop = sorted(receiver.named("GET"), key=lambda span: span.start_ns)
+    assert hop.attributes["url.full"].endswith("/hop") and hop.attributes["http.response.status_code"] == 200
+    assert got[-1][0].count(hop.span_id.encode()) == 1 and warmed.span_id.encode() in got[0][0]
+    [span] = receiver.named("tools/call search")
+    assert (span.trace_id, span.parent_id, span.kind) == (AGENT_TRACE, AGENT_SPAN, "CLIENT")
+    assert (span.attributes["gen_ai.tool.name"], span.attributes["jsonrpc.request.id"]) == ("search", "7")
+    assert span.attributes["http.response.status_code"] == 200
+    head, body = got[1]
+    ours = f"00-{AGENT_TRACE}-{span.span_id}-01"
+    assert orjson.loads(body)["params"]["_meta"] == {"progressToken": 5, "traceparent": ours}
+    lines = head.lower().split(b"\r\n")
+    assert [line for line in lines if line.startswith(b"traceparent:")] == [b"traceparent: " + ours.encode()]
+    assert b"content-length: %d" % len(body) in lines and lines[0] == b"post /mcp http/1.1"

@@ -198,6 +198,14 @@ def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None
     return (request_line or piece[:line_end]) + headers + b"\r\n\r\n", blank + 4
 
 
+def head_with(head: bytes, headers: Headers) -> bytes:
+    """`head` (as `head_as_written` made it) with `headers` (lower-case names) in place of its own of those names."""
+    names = {name for name, _ in headers}
+    first, *lines = head[:-4].split(b"\r\n")
+    kept = [line for line in lines if line.partition(b":")[0].lower() not in names]
+    return b"\r\n".join([first, *kept, *[b"%b: %b" % pair for pair in headers]]) + b"\r\n\r\n"
+
+
 def session_and_path(raw_target: str, watched: bytes | None, peer: str) -> tuple[str, str]:
     """A request's session (its Mcp-Session-Id, a legacy `sessionId` in the query, or the agent's
     address) and its path (unquoted)."""
@@ -242,6 +250,7 @@ class HttpProxy:
         # the plain path (relay_plain) serves a proxy with one route that changes no target
         root = self.routes[0]
         self._plain_route = root if len(self.routes) == 1 and not root.prefix and not root.base_path else None
+        self.plain = self._plain_route is not None  # whether requests may take the plain path
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -313,18 +322,14 @@ class HttpProxy:
         return Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
                        headers=HeaderView(headers), route=route.name if route else None)
 
-    @property
-    def plain(self) -> bool:
-        """No tracing, and one route that changes no target: requests may take the plain path."""
-        return self._plain_route is not None and not self.engine.tracing.on
-
     def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
                     piece: bytes) -> ClientExchange | None:
         """The plain path: a request no rule could act on, that came whole in one piece of input with a
         head holding nothing to take out, goes upstream as written (Host aside) on an idle pooled
         connection, with no Head or Passthrough made (nor a Message, with no rule loaded) unless the
         response needs them (`PlainRelay.promote`). None when the request is not such a one: `handle`
-        takes it."""
+        takes it. With tracing on, the call's span opens here and the proxy's context goes upstream in
+        the head (and in a JSON-RPC request's `params._meta`), as on the general path."""
         parser = client.parser
         method = parser.get_method()
         route = self._plain_route
@@ -346,9 +351,12 @@ class HttpProxy:
                     session = value
             else:  # hop-by-hop, Expect, a second Host or Content-Length
                 return None
-        if not self.engine.idle and self.engine.could_act(self._message(
-                method_name(method), target.decode("latin-1"), session, headers, client.peer, route)):
-            return None  # a rule may act on it: the general path asks the engine again, with its Head
+        engine = self.engine
+        msg = None
+        if not engine.idle or engine.tracing.on:
+            msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer, route)
+            if not engine.idle and engine.could_act(msg):
+                return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
         data, end = head_as_written(piece, route.host_header)
         line_end = piece.find(b"\r\n")
@@ -359,7 +367,15 @@ class HttpProxy:
             return None
         exchange = ClientExchange(client, None, piece)
         body = piece[end:end + length]
-        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, data + body)
+        if msg is not None and engine.tracing.on:
+            if body and length <= SMALL_BODY:
+                msg.body = body
+            if context := open_span(engine, msg, route, target, client.peer):
+                if msg.body is not None and msg.body is not body:  # params._meta carries the context too
+                    body = msg.body
+                    context.append((b"content-length", b"%d" % len(body)))
+                data = head_with(data, context)
+        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, data + body, msg)
         return exchange
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
@@ -716,11 +732,12 @@ class PlainRelay:
     Passthrough in the state it would have had from the start."""
 
     __slots__ = ("proxy", "exchange", "route", "conn", "method", "target", "headers", "session", "body", "sent",
-                 "started", "status", "as_is")
+                 "started", "status", "as_is", "msg")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, route: Route, conn: UpstreamConnection,
                  method: bytes, target: bytes, headers: Headers, session: bytes | None, body: bytes,
-                 sent: bytes) -> None:
+                 sent: bytes, msg: Message | None) -> None:
+        """`msg`: the call's Message when one was made for the rule check or the span (None: made if promoted)."""
         self.started = time.perf_counter()
         self.proxy = proxy
         self.exchange = exchange
@@ -733,6 +750,7 @@ class PlainRelay:
         self.body = body
         self.sent = sent
         self.status: int | None = None
+        self.msg = msg
         # a GET's event stream stays apart: a legacy endpoint event may need pointing back here
         self.as_is = AS_IS_NO_EVENTS if method == b"GET" else AS_IS
         client = exchange.conn
@@ -753,8 +771,8 @@ class PlainRelay:
         head.method = method_name(self.method)
         head.target = self.target
         exchange.head = head
-        msg = proxy._message(head.method, self.target.decode("latin-1"), head.watched, self.headers, exchange.peer,
-                             self.route)
+        msg = self.msg or proxy._message(head.method, self.target.decode("latin-1"), head.watched, self.headers,
+                                         exchange.peer, self.route)
         passthrough = Passthrough(proxy, exchange, msg, self.route, self.target)
         passthrough.started, passthrough.status, passthrough.bytes_out = self.started, self.status, conn.body_bytes
         passthrough.conn = conn
@@ -806,10 +824,14 @@ class PlainRelay:
         self._log("client_disconnected")
 
     def _log(self, outcome: str) -> None:
+        msg = self.msg
+        called = rpc_call(msg.rpc) if msg is not None and msg.parsed else self.body or None
         self.proxy.engine.log.write_call((
             self.proxy.transport, self.session, self.exchange.peer, self.route.name, self.method, self.target,
-            self.status, outcome, self.conn.body_bytes, time.perf_counter() - self.started, self.body or None),
+            self.status, outcome, self.conn.body_bytes, time.perf_counter() - self.started, called),
             _fill_plain_call_line)
+        if msg is not None and msg.trace is not None:
+            msg.trace.end(outcome, status=self.status)
 
 
 class ResponseReader:
@@ -1146,10 +1168,15 @@ class UpstreamTimeout(UpstreamError, TimeoutError):
 
 def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
     """Open the call's span (tracing on); the headers carrying the proxy's context go upstream with it."""
-    msg = call.msg
+    call.upstream_headers = open_span(engine, call.msg, route, target, exchange.peer)
+
+
+def open_span(engine: Engine, msg: Message, route: Route, target: bytes, peer: str) -> Headers:
+    """Open the span of a call to `target` on `route` (tracing on): the headers that carry the proxy's
+    context upstream (lower-case names; none when the sampler leaves the call out)."""
     carrier = engine.tracing.start(msg, network="tcp", url=route.upstream + target.decode("latin-1").removeprefix(
-        route.base_path.decode()), session_id=msg.session if msg.session != exchange.peer else None)
-    call.upstream_headers = [(name.encode(), value.encode("latin-1")) for name, value in carrier.items()]
+        route.base_path.decode()), session_id=msg.session if msg.session != peer else None)
+    return [(name.encode(), value.encode("latin-1")) for name, value in carrier.items()]
 
 
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
@@ -1215,8 +1242,9 @@ def _fill_plain_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None
     line["bytes_out"] = bytes_out
     line["duration_ms"] = round(duration_s * 1e6) / 1000
     line["faults"] = ()
-    if body is not None and (rpc := parse_rpc(body)) is not None:
-        line["method"], line["tool"], line["rpc_id"] = rpc_call(rpc)
+    called = rpc_call(parse_rpc(body)) if type(body) is bytes else body  # the body, or its fields read already
+    if called is not None:
+        line["method"], line["tool"], line["rpc_id"] = called
     elif http_method == "POST" and (api := api_for_path(path)):
         line["api"], line["model"], line["turn"] = api, None, None
 
