@@ -6,7 +6,8 @@ callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting p
 one coroutine), which reads what rules need, asks the engine, and carries the actions out. A plain
 request no rule could act on (whole in one read, nothing in its head to take out) that finds an idle
 pooled connection takes the plain path first (`HttpProxy.relay_plain`, `PlainRelay`): relayed as
-written with no Head or Passthrough made, unless its exchange needs the general path.
+written with no Head or Passthrough made (with tracing on, its span opened and the proxy's context put
+in its head and body), unless its exchange needs the general path.
 
 Where a call starts and ends, for whoever wants to hook in (tracing): `HttpProxy.handle` builds the
 `Call` once the head is known and before anything goes upstream (`Call.upstream_headers` are added to

@@ -1,4 +1,5 @@
-"""A request no rule can act on, with tracing on: its span opened, then relayed by callbacks like any other.
+"""A request no rule can act on, with tracing on, that the plain path does not take (which opens its
+span itself: `HttpProxy.relay_plain`): its span opened, then relayed by callbacks like any other.
 
 The span needs the request's JSON-RPC body (its name, its parent in `params._meta`) and the proxy's
 context has to go upstream in that `_meta` too, so a small body of known length is taken whole before
