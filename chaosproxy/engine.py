@@ -174,6 +174,11 @@ class Engine:
         self.needs_body = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
         self._rule_order = {rule.name: i for i, rule in enumerate(scenario.rules)}
+        # could_act's answers by request head, kept by adapters that see many requests alike
+        # (HttpProxy.relay_plain); a new scenario starts with none. The headers a head check reads:
+        self.head_verdicts: dict[Any, bool] = {}
+        self.head_headers = frozenset(name.lower().encode("latin-1", "replace") for rule in compiled
+                                      for name in rule.rule.match.header)
         if not keep_state:
             self.sessions = SessionTable(self._session_changed, **self._session_limits)  # a new one: state
             # kept beside it elsewhere (the model-API relay's memory) sees the reset by its identity

@@ -9,9 +9,11 @@ import asyncio
 import time
 
 import orjson
+import yaml
 
 from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.otel import OtlpTracing
+from chaosproxy.scenario import parse_scenario
 from tests.framing_support import RawClient, read_request
 from tests.otlp import Receiver
 from tests.support import call_lines
@@ -197,3 +199,27 @@ def test_a_traced_call_takes_the_plain_path_with_the_proxy_context_in_head_and_m
     lines = head.lower().split(b"\r\n")
     assert [line for line in lines if line.startswith(b"traceparent:")] == [b"traceparent: " + ours.encode()]
     assert b"content-length: %d" % len(body) in lines and lines[0] == b"post /mcp http/1.1"
+
+
+def test_rule_checks_kept_per_request_head_follow_the_headers_rules_read_and_a_new_scenario(
+        make_proxy, scripted, server_loop):
+    """relay_plain asks the engine once for requests alike: a header a rule reads makes them differ,
+    and a scenario put in force (a swap, a PATCH) is asked again."""
+    canary = {"rules": [{"name": "canary", "match": {"header": {"X-Canary": "1"}},
+                         "fault": {"type": "http_error", "status": 503}}]}
+    proxy, _ = start(make_proxy, scripted, scenario=canary)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        for _ in range(2):  # the second of each on a warm connection, its head's answer kept
+            client.send(get("/warm", "x-canary: 1"))
+            assert client.response()[0] == 503
+            warm(client)
+
+        async def swap() -> None:
+            proxy.engine.load(parse_scenario(yaml.safe_dump({"rules": [
+                {"name": "down", "match": {"path": "/warm"}, "fault": {"type": "http_error", "status": 502}}]})))
+
+        server_loop.run(swap())
+        client.send(get("/warm"))
+        assert client.response()[0] == 502
+    assert [call["faults"] for call in proxy.events("call")] == [[], ["canary"], [], ["canary"], [], ["down"]]

@@ -49,6 +49,8 @@ RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look in
 # across agents, and some servers (aiohttp's among them) read request trailers as headers of the
 # *next* request on the connection: one agent's trailer would reach another agent's request.
 PLAIN_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"OPTIONS"})  # HEAD and DELETE: general path
+MAX_VERDICTS = 4096  # rule checks of request heads relay_plain keeps (Engine.head_verdicts); forgotten beyond this
+MAX_VERDICT_HEAD = 1024  # ... for a target (and header values read) no longer than this
 RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 CONTENT_LENGTH = frozenset({b"content-length"})  # re-framed by the proxy
@@ -337,10 +339,14 @@ class HttpProxy:
         if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or route is None or \
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
-        length, session, hosts = -1, None, 0
+        engine = self.engine
+        length, session, hosts, picked = -1, None, 0, []
         special = client.special  # the names Head's pass stops at
+        read = engine.head_headers  # the names a rule's head check reads
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
             lower = name.lower()
+            if lower in read:
+                picked.append((lower, value))
             if lower not in special:
                 continue
             if lower == b"content-length" and length < 0 and value.strip().isdigit():
@@ -352,12 +358,22 @@ class HttpProxy:
                     session = value
             else:  # hop-by-hop, Expect, a second Host or Content-Length
                 return None
-        engine = self.engine
         msg = None
-        if not engine.idle or engine.tracing.on:
-            msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer, route)
-            if not engine.idle and engine.could_act(msg):
+        if not engine.idle:  # asked once for each head alike (what a rule's head checks read of it)
+            key = (self.transport, route.name, method, target, *picked)
+            verdicts = engine.head_verdicts
+            if (could := verdicts.get(key)) is None:
+                msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer,
+                                    route)
+                could = engine.could_act(msg)
+                if len(target) + sum(len(value) for _, value in picked) <= MAX_VERDICT_HEAD:
+                    if len(verdicts) >= MAX_VERDICTS:
+                        verdicts.clear()
+                    verdicts[key] = could
+            if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
+        if msg is None and engine.tracing.on:
+            msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer, route)
         length = max(length, 0)
         data, end = head_as_written(piece, route.host_header)
         line_end = piece.find(b"\r\n")
