@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from random import getrandbits
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
@@ -111,14 +111,21 @@ class Tracing:
     on = False
 
     def start(self, msg: Message, *, network: str, url: str | None = None,
-              session_id: str | None = None) -> dict[str, str]:
+              session_id: str | None = None, root: int = 0) -> dict[str, str]:
         """Open the span of the call `msg` starts and put the proxy's context into its `_meta`.
 
         Returns the HTTP headers to forward in place of the agent's `traceparent`/`tracestate`.
         `network` is `tcp` or `pipe`; `url` the upstream URL of an HTTP call (the real server's
-        address); `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`).
+        address); `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`);
+        `root` what `root_draw` drew for it, if it was asked.
         """
         return {}
+
+    def root_draw(self, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int | None:
+        """The sampler's decision for an HTTP call, taken before a Message is made for it, when the
+        call cannot name a parent: 0 when it is left out, else the random bits of its ids (for
+        `start(root=...)`). None when it may name a parent or every call is kept: `start` decides."""
+        return None
 
     def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:
         """A root span for a drill run (see `RunSpan`)."""
@@ -204,8 +211,19 @@ class OtlpTracing(Tracing):
         ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)", self.settings.endpoint,
                  self.settings.resource["service.name"], self.sampler.description)
 
+    def root_draw(self, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int | None:
+        # no context in the environment, none in params._meta (a key may be written with \u escapes)
+        if self._records_roots or self._default_parent is not None or body.find(b'"traceparent"') >= 0 or \
+                body.find(b"\\u") >= 0:
+            return None
+        for name, _ in headers:
+            if len(name) == 11 and name.lower() == b"traceparent":
+                return None
+        bits = getrandbits(192)
+        return bits if bits >> 64 & MAX_ID64 < self._root_bound else 0
+
     def start(self, msg: Message, *, network: str, url: str | None = None,
-              session_id: str | None = None) -> dict[str, str]:
+              session_id: str | None = None, root: int = 0) -> dict[str, str]:
         header, header_state, version = _context_headers(msg.headers)
         body = msg.body
         # when the sampler may leave calls out, a body that cannot name a context in params._meta is parsed
@@ -219,7 +237,7 @@ class OtlpTracing(Tracing):
         from_header = parse_traceparent(header, header_state) if header is not None else None
         parent = from_meta or from_header or self._default_parent
         if parent is None:
-            bits = getrandbits(192)  # the trace id, then the span id
+            bits = root or getrandbits(192)  # the trace id, then the span id
             if bits >> 64 & MAX_ID64 >= self._root_bound:  # Sampler.records, inlined: most calls may end here
                 return {}  # not recorded: the call goes on untouched
             if bits < 1 << 64 or not bits & MAX_ID64:  # all zeros is no id (one chance in 2**64)

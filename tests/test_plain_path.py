@@ -223,3 +223,44 @@ def test_rule_checks_kept_per_request_head_follow_the_headers_rules_read_and_a_n
         client.send(get("/warm"))
         assert client.response()[0] == 502
     assert [call["faults"] for call in proxy.events("call")] == [[], ["canary"], [], ["canary"], [], ["down"]]
+
+
+def test_a_call_the_sampler_leaves_out_goes_on_as_written_and_one_it_keeps_is_traced(
+        make_proxy, scripted, receiver: Receiver, monkeypatch):  # noqa: F811
+    """Sampled 1 in 2, calls that can name no parent are decided on the plain path before anything is
+    made for them: those left out reach the upstream as the agent wrote them, those kept carry the
+    proxy's context and have their span; a call whose header names a kept parent is always traced."""
+    got: list[tuple[bytes, bytes]] = []
+
+    async def script(reader, writer):
+        while True:
+            got.append(await read_request(reader))
+            writer.write(OK)
+            await writer.drain()
+
+    for name, value in (("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint),
+                        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "0.5")):
+        monkeypatch.setenv(name, value)
+    proxy = make_proxy(to=scripted(script).url)
+    tracing = proxy.engine.tracing = OtlpTracing(run_id="sampled", seed=3)
+    payload = orjson.dumps(CALL)
+    post = b"POST /mcp HTTP/1.1\r\nHost: a\r\n%bContent-Length: %d\r\n\r\n%b"
+    with RawClient(proxy.url) as client:
+        warm(client)
+        for _ in range(40):
+            client.send(post % (b"", len(payload), payload))
+            assert client.response()[0] == 200
+        client.send(post % (b"traceparent: 00-%b-%b-01\r\n" % (AGENT_TRACE.encode(), AGENT_SPAN.encode()),
+                            len(payload), payload))
+        assert client.response()[0] == 200
+    tracing.shutdown()
+    kept = [head for head, _ in got[1:41] if b"traceparent" in head]
+    assert 5 <= len(kept) <= 35  # 1 in 2 of 40 (outside this: one chance in a million)
+    assert all(body == payload and b"Content-Length: %d" % len(payload) in head
+               for head, body in got[1:41] if b"traceparent" not in head)
+    spans = receiver.wait_for(lambda spans: sum(span.name == "tools/call search" for span in spans) == len(kept) + 1,
+                              timeout=10)
+    roots = {span.span_id for span in spans if span.name == "tools/call search" and span.parent_id == ""}
+    assert roots == {head.split(b"traceparent: ")[1][36:52].decode() for head in kept}
+    [child] = [span for span in spans if span.parent_id == AGENT_SPAN]
+    assert child.trace_id == AGENT_TRACE and child.span_id.encode() in got[-1][0]

@@ -372,8 +372,6 @@ class HttpProxy:
                     verdicts[key] = could
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
-        if msg is None and engine.tracing.on:
-            msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer, route)
         length = max(length, 0)
         data, end = head_as_written(piece, route.host_header)
         line_end = piece.find(b"\r\n")
@@ -384,10 +382,13 @@ class HttpProxy:
             return None
         exchange = ClientExchange(client, None, piece)
         body = piece[end:end + length]
-        if msg is not None and engine.tracing.on:
+        # with tracing on, a call the sampler leaves out before a Message is needed goes on untouched
+        if (tracing := engine.tracing).on and (root := tracing.root_draw(headers, body)) != 0:
+            msg = msg or self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer,
+                                       route)
             if body and length <= SMALL_BODY:
                 msg.body = body
-            if context := open_span(engine, msg, route, target, client.peer):
+            if context := open_span(engine, msg, route, target, client.peer, root or 0):
                 if msg.body is not None and msg.body is not body:  # params._meta carries the context too
                     body = msg.body
                     context.append((b"content-length", b"%d" % len(body)))
@@ -1188,11 +1189,11 @@ def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Rout
     call.upstream_headers = open_span(engine, call.msg, route, target, exchange.peer)
 
 
-def open_span(engine: Engine, msg: Message, route: Route, target: bytes, peer: str) -> Headers:
-    """Open the span of a call to `target` on `route` (tracing on): the headers that carry the proxy's
-    context upstream (lower-case names; none when the sampler leaves the call out)."""
+def open_span(engine: Engine, msg: Message, route: Route, target: bytes, peer: str, root: int = 0) -> Headers:
+    """Open the span of a call to `target` on `route` (tracing on; `root`: see Tracing.start): the headers
+    that carry the proxy's context upstream (lower-case names; none when the sampler leaves the call out)."""
     carrier = engine.tracing.start(msg, network="tcp", url=route.upstream + target.decode("latin-1").removeprefix(
-        route.base_path.decode()), session_id=msg.session if msg.session != peer else None)
+        route.base_path.decode()), session_id=msg.session if msg.session != peer else None, root=root)
     return [(name.encode(), value.encode("latin-1")) for name, value in carrier.items()]
 
 
