@@ -20,6 +20,7 @@ from tests.support import call_lines
 from tests.test_otel import AGENT_SPAN, AGENT_TRACE, receiver  # noqa: F401
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+HOP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"  # a head to rewrite
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 
 
@@ -164,13 +165,17 @@ def test_a_traced_call_takes_the_plain_path_with_the_proxy_context_in_head_and_m
         while True:
             got.append(await read_request(reader))
             hop = got[-1][0].startswith(b"GET /hop ")  # a response head to rewrite: promoted
-            writer.write(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok" if hop else OK)
+            writer.write(HOP if hop else OK)
             await writer.drain()
 
     taken: list[bool] = []
     relay_plain = HttpProxy.relay_plain
-    monkeypatch.setattr(HttpProxy, "relay_plain", lambda *args: taken.append(bool(found := relay_plain(*args)))
-                        or found)
+
+    def spied(*args):
+        taken.append(bool(found := relay_plain(*args)))
+        return found
+
+    monkeypatch.setattr(HttpProxy, "relay_plain", spied)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     proxy = make_proxy(to=scripted(script).url)
     tracing = proxy.engine.tracing = OtlpTracing(run_id="plain", seed=3)

@@ -49,8 +49,8 @@ RULE_BODY_LIMIT = 16 << 20  # the largest body (or SSE event) a rule may look in
 # across agents, and some servers (aiohttp's among them) read request trailers as headers of the
 # *next* request on the connection: one agent's trailer would reach another agent's request.
 PLAIN_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"OPTIONS"})  # HEAD and DELETE: general path
-MAX_VERDICTS = 4096  # rule checks of request heads relay_plain keeps (Engine.head_verdicts); forgotten beyond this
-MAX_VERDICT_HEAD = 1024  # ... for a target (and header values read) no longer than this
+MAX_VERDICTS = 4096  # answers of the rule check relay_plain keeps (Engine.head_verdicts): all dropped beyond
+MAX_VERDICT_HEAD = 1024  # ... each for a target (and header values a rule reads) no longer than this
 RETRY_LIMIT = 64 << 10  # a request is replayed on a fresh connection only if it is no larger than this
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 CONTENT_LENGTH = frozenset({b"content-length"})  # re-framed by the proxy
@@ -202,7 +202,7 @@ def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None
 
 
 def head_with(head: bytes, headers: Headers) -> bytes:
-    """`head` (as `head_as_written` made it) with `headers` (lower-case names) in place of its own of those names."""
+    """`head` (as `head_as_written` made it) with `headers` (lower-case names) in place of its own ones."""
     names = {name for name, _ in headers}
     first, *lines = head[:-4].split(b"\r\n")
     kept = [line for line in lines if line.partition(b":")[0].lower() not in names]
@@ -325,14 +325,19 @@ class HttpProxy:
         return Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
                        headers=HeaderView(headers), route=route.name if route else None)
 
+    def _raw_message(self, method: bytes, target: bytes, watched: bytes | None, headers: Headers, peer: str,
+                     route: Route) -> Message:
+        return self._message(method_name(method), target.decode("latin-1"), watched, headers, peer, route)
+
     def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
                     piece: bytes) -> ClientExchange | None:
         """The plain path: a request no rule could act on, that came whole in one piece of input with a
         head holding nothing to take out, goes upstream as written (Host aside) on an idle pooled
-        connection, with no Head or Passthrough made (nor a Message, with no rule loaded) unless the
-        response needs them (`PlainRelay.promote`). None when the request is not such a one: `handle`
-        takes it. With tracing on, the call's span opens here and the proxy's context goes upstream in
-        the head (and in a JSON-RPC request's `params._meta`), as on the general path."""
+        connection, with no Head or Passthrough made unless the response needs them
+        (`PlainRelay.promote`), nor a Message unless the rule check meets a head it has not answered
+        yet or the span needs one. None when the request is not such a one: `handle` takes it. With
+        tracing on, the call's span opens here and the proxy's context goes upstream in the head (and
+        in a JSON-RPC request's `params._meta`), as on the general path."""
         parser = client.parser
         method = parser.get_method()
         route = self._plain_route
@@ -363,8 +368,7 @@ class HttpProxy:
             key = (self.transport, route.name, method, target, *picked)
             verdicts = engine.head_verdicts
             if (could := verdicts.get(key)) is None:
-                msg = self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer,
-                                    route)
+                msg = self._raw_message(method, target, session, headers, client.peer, route)
                 could = engine.could_act(msg)
                 if len(target) + sum(len(value) for _, value in picked) <= MAX_VERDICT_HEAD:
                     if len(verdicts) >= MAX_VERDICTS:
@@ -384,8 +388,7 @@ class HttpProxy:
         body = piece[end:end + length]
         # with tracing on, a call the sampler leaves out before a Message is needed goes on untouched
         if (tracing := engine.tracing).on and (root := tracing.root_draw(headers, body)) != 0:
-            msg = msg or self._message(method_name(method), target.decode("latin-1"), session, headers, client.peer,
-                                       route)
+            msg = msg or self._raw_message(method, target, session, headers, client.peer, route)
             if body and length <= SMALL_BODY:
                 msg.body = body
             if context := open_span(engine, msg, route, target, client.peer, root or 0):
@@ -755,7 +758,7 @@ class PlainRelay:
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, route: Route, conn: UpstreamConnection,
                  method: bytes, target: bytes, headers: Headers, session: bytes | None, body: bytes,
                  sent: bytes, msg: Message | None) -> None:
-        """`msg`: the call's Message when one was made for the rule check or the span (None: made if promoted)."""
+        """`msg`: the call's Message if the rule check or the span made one (else made if promoted)."""
         self.started = time.perf_counter()
         self.proxy = proxy
         self.exchange = exchange
@@ -1260,7 +1263,7 @@ def _fill_plain_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None
     line["bytes_out"] = bytes_out
     line["duration_ms"] = round(duration_s * 1e6) / 1000
     line["faults"] = ()
-    called = rpc_call(parse_rpc(body)) if type(body) is bytes else body  # the body, or its fields read already
+    called = rpc_call(parse_rpc(body)) if type(body) is bytes else body  # the body, or its fields read
     if called is not None:
         line["method"], line["tool"], line["rpc_id"] = called
     elif http_method == "POST" and (api := api_for_path(path)):
