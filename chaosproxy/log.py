@@ -70,6 +70,10 @@ class _Clock:
         return "%s%06d+00:00" % (self._prefix, micros - second * 1_000_000)
 
 
+def _call_line(ts: str, run_id: str, seed: int, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, **fields}
+
+
 class PerturbationLog:
     """One JSON line per fired fault (`event: fault`) and per forwarded call (`event: call`), and a few rarer kinds.
 
@@ -89,7 +93,7 @@ class PerturbationLog:
         # Lines not yet written. A bytearray, not a list of lines: orjson's many live outputs made the
         # allocator slow (~14 µs a line); appending to one buffer costs ~0.1 µs.
         self._pending = bytearray()
-        # Call records of a batching log with no listener (time_ns, record, fill: see write_call), made
+        # Call records of a batching log with no listener (time_ns, record, make: see write_call), made
         # lines at the next flush or before any other line. A deque: appended to without the lock.
         self._calls: deque[tuple[int, Any, Callable[[dict[str, Any], Any], None]]] = deque()
         self._lock = threading.Lock()  # flush() may come from another thread (tests, EmbeddedProxy.log_lines)
@@ -106,19 +110,17 @@ class PerturbationLog:
 
     def call(self, **fields: Any) -> None:
         """One proxied request, whatever befell it."""
-        self.write_call(fields, dict.update)
+        self.write_call(fields, _call_line)
 
-    def write_call(self, record: Any, fill: Callable[[dict[str, Any], Any], None]) -> None:
-        """A call line: `fill(line, record)` adds its fields to the line's first four. Called on the hot
-        path, with `record` a tuple of the call's values: a batching log with no listener keeps it and
-        makes its line at the next flush, in one tight loop with the others (cheaper than a line at a
-        time between the requests' other work). `record` must not change after this."""
+    def write_call(self, record: Any, make: Callable[[str, str, int, Any], dict[str, Any]]) -> None:
+        """A call line: `make(ts, run_id, seed, record)` makes it, those first. Called on the hot path,
+        with `record` a tuple of the call's values: a batching log with no listener keeps it and makes
+        its line at the next flush, in one tight loop with the others (cheaper than a line at a time
+        between the requests' other work). `record` must not change after this."""
         if self.batch_s and not self._listeners:
-            self._calls.append((time.time_ns(), record, fill))
+            self._calls.append((time.time_ns(), record, make))
         else:
-            line = {"ts": self._clock.now(), "event": "call", "run_id": self.run_id, "seed": self.seed}
-            fill(line, record)
-            self._write(line)
+            self._write(make(self._clock.now(), self.run_id, self.seed, record))
         if time.monotonic() - self._flushed >= self.batch_s:
             self.flush()
 
@@ -173,10 +175,8 @@ class PerturbationLog:
             return
         pending, at, dumps, run_id, seed = self._pending, self._clock.at, orjson.dumps, self.run_id, self.seed
         while calls:
-            ts, record, fill = calls.popleft()
-            line = {"ts": at(ts), "event": "call", "run_id": run_id, "seed": seed}
-            fill(line, record)
-            pending += dumps(line, option=orjson.OPT_APPEND_NEWLINE, default=str)
+            ts, record, make = calls.popleft()
+            pending += dumps(make(at(ts), run_id, seed, record), option=orjson.OPT_APPEND_NEWLINE, default=str)
         self._bound_pending()
 
     def _bound_pending(self) -> None:

@@ -850,7 +850,7 @@ class PlainRelay:
         self.proxy.engine.log.write_call((
             self.proxy.transport, self.session, self.exchange.peer, self.route.name, self.method, self.target,
             self.status, outcome, self.conn.body_bytes, time.perf_counter() - self.started, called),
-            _fill_plain_call_line)
+            _plain_call_line)
         if msg is not None and msg.trace is not None:
             msg.trace.end(outcome, status=self.status)
 
@@ -1203,7 +1203,7 @@ def open_span(engine: Engine, msg: Message, route: Route, target: bytes, peer: s
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these).
 
-    Only the values are taken here (`_fill_call_line` makes the line, at the log's next flush): an
+    Only the values are taken here (`_call_line` makes the line, at the log's next flush): an
     unparsed request body small enough is kept as it is, and read for its JSON-RPC fields then.
     """
     body = msg.body
@@ -1214,7 +1214,7 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
     engine.log.write_call((
         transport, msg.session, msg.route, msg.http_method, msg.path, exchange.status, exchange.outcome,
         exchange.bytes_out, time.perf_counter() - exchange.started, tuple(exchange.faults) if exchange.faults else (),
-        called, (msg.api, msg.model, msg.turn) if msg.api is not None else None), _fill_call_line)
+        called, (msg.api, msg.model, msg.turn) if msg.api is not None else None), _call_line)
     if msg.trace is not None:
         msg.trace.end(exchange.outcome, status=exchange.status)
 
@@ -1222,19 +1222,13 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
 DEFERRED_BODY = 64 << 10  # a request body up to this size is kept until the call line is made
 
 
-def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
+def _call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> dict[str, Any]:
     (transport, session, route, http_method, path, status, outcome, bytes_out, duration_s, faults, called,
      model_call) = record
-    line["transport"] = transport
-    line["session"] = session
-    line["route"] = route
-    line["http_method"] = http_method
-    line["path"] = path
-    line["status"] = status
-    line["outcome"] = outcome
-    line["bytes_out"] = bytes_out
-    line["duration_ms"] = round(duration_s * 1e6) / 1000  # round(x, 3) is slow
-    line["faults"] = faults
+    line = {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, "transport": transport, "session": session,
+            "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
+            "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000,  # round(x, 3) is slow
+            "faults": faults}
     if type(called) is bytes:  # the request body, not parsed on the way
         called = rpc_call(parse_rpc(called))
     if called is not None:
@@ -1242,32 +1236,28 @@ def _fill_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
     elif model_call is not None or (http_method == "POST" and path and api_for_path(path)):
         # a model-API call (named even when no rule acted and the body was never parsed)
         line["api"], line["model"], line["turn"] = model_call or (api_for_path(path), None, None)
+    return line
 
 
-def _fill_plain_call_line(line: dict[str, Any], record: tuple[Any, ...]) -> None:
+def _plain_call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> dict[str, Any]:
     """A call line from a PlainRelay's record: its raw values decoded here, at the flush (what
-    `_fill_call_line` makes of them, with no fault, no model call, and the body not parsed yet)."""
+    `_call_line` makes of them, with no fault, no model call, and the body not parsed yet)."""
     transport, watched, peer, route, method, target, status, outcome, bytes_out, duration_s, body = record
     raw = target.decode("latin-1")
     if watched is None and "?" not in raw and "%" not in raw:
         session, path = peer, raw
     else:
         session, path = session_and_path(raw, watched, peer)
-    line["transport"] = transport
-    line["session"] = session
-    line["route"] = route
-    line["http_method"] = http_method = method_name(method)
-    line["path"] = path
-    line["status"] = status
-    line["outcome"] = outcome
-    line["bytes_out"] = bytes_out
-    line["duration_ms"] = round(duration_s * 1e6) / 1000
-    line["faults"] = ()
+    http_method = method_name(method)
+    line = {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, "transport": transport, "session": session,
+            "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
+            "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000, "faults": ()}
     called = rpc_call(parse_rpc(body)) if type(body) is bytes else body  # the body, or its fields read
     if called is not None:
         line["method"], line["tool"], line["rpc_id"] = called
     elif http_method == "POST" and (api := api_for_path(path)):
         line["api"], line["model"], line["turn"] = api, None, None
+    return line
 
 
 async def _once(payload: bytes) -> AsyncIterator[bytes]:
