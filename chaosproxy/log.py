@@ -2,7 +2,8 @@
 
 Every line is a dict serialised by orjson, with no processor chain in between: a call line is
 written per request, and a chain of processors cost ~50 µs where this costs a few. A running proxy
-gathers call and session lines and writes them in a batch (every CALL_FLUSH_S, and at every exit);
+keeps each call's values as a record, makes the lines of CALL_CHUNK records at a time, and writes
+call and session lines in a batch (every CALL_FLUSH_S, and at every exit);
 every other line is written at once, as is every line of a log made without `batch_s`. A failing
 write (a full disk, a log file made unwritable) never stops the proxy: it is reported once on
 stderr, lines are kept (up to a bound) and written when it works again. `reopen()` (SIGUSR1) opens the log file again by name, for logrotate.
@@ -27,6 +28,10 @@ import orjson
 ops = logging.getLogger("chaosproxy")
 
 CALL_FLUSH_S = 0.25  # a running proxy's batch: a tailed log lags by at most this
+# Call records made lines together: a tight loop over a few is cheaper than a line at a time among the
+# requests' other work, and records kept for a whole batch (thousands, a quarter of a second) had gone
+# cold in the CPU's caches by the flush (~1.5 µs a call more, side by side at 20k calls a second).
+CALL_CHUNK = 64
 MAX_PENDING_BYTES = 64 << 20  # lines kept while the log cannot be written; the oldest go beyond this
 
 
@@ -94,7 +99,7 @@ class PerturbationLog:
         # allocator slow (~14 µs a line); appending to one buffer costs ~0.1 µs.
         self._pending = bytearray()
         # Call records of a batching log with no listener (time_ns, record, make: see write_call), made
-        # lines at the next flush or before any other line. A deque: appended to without the lock.
+        # lines CALL_CHUNK at a time, at a flush or before any other line. A deque: appended to without the lock.
         self._calls: deque[tuple[int, Any, Callable[[dict[str, Any], Any], None]]] = deque()
         self._lock = threading.Lock()  # flush() may come from another thread (tests, EmbeddedProxy.log_lines)
         self._lost = 0  # lines dropped while the log could not be written
@@ -114,11 +119,15 @@ class PerturbationLog:
 
     def write_call(self, record: Any, make: Callable[[str, str, int, Any], dict[str, Any]]) -> None:
         """A call line: `make(ts, run_id, seed, record)` makes it, those first. Called on the hot path,
-        with `record` a tuple of the call's values: a batching log with no listener keeps it and makes
-        its line at the next flush, in one tight loop with the others (cheaper than a line at a time
-        between the requests' other work). `record` must not change after this."""
+        with `record` a tuple of the call's values: a batching log with no listener keeps it, and makes
+        the lines of the records it keeps in one tight loop once there are CALL_CHUNK of them (or at the
+        flush). `record` must not change after this."""
         if self.batch_s and not self._listeners:
-            self._calls.append((time.time_ns(), record, make))
+            calls = self._calls
+            calls.append((time.time_ns(), record, make))
+            if len(calls) >= CALL_CHUNK:
+                with self._lock:
+                    self._serialise_calls()
         else:
             self._write(make(self._clock.now(), self.run_id, self.seed, record))
         if time.monotonic() - self._flushed >= self.batch_s:

@@ -103,8 +103,17 @@ def parse_rpc(body: bytes) -> dict[str, Any] | None:
 
 
 def rpc_call(rpc: dict[str, Any] | None) -> tuple[str | None, str | None, Any] | None:
-    """A call line's JSON-RPC fields of a message: its method, tool and id (None when it is not one)."""
-    return None if rpc is None else (rpc_method(rpc), rpc_tool(rpc), rpc.get("id"))
+    """A call line's JSON-RPC fields of a message: its method, tool and id (None when it is not one).
+    `rpc_method` and `rpc_tool` in one: it runs for every call line."""
+    if rpc is None:
+        return None
+    method = rpc.get("method")
+    if type(method) is not str:
+        return None, None, rpc.get("id")
+    tool = None
+    if method == "tools/call" and type(params := rpc.get("params")) is dict and type(name := params.get("name")) is str:
+        tool = name
+    return method, tool, rpc.get("id")
 
 
 def rpc_method(rpc: dict[str, Any] | None) -> str | None:

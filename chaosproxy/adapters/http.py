@@ -201,6 +201,26 @@ def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None
     return (request_line or piece[:line_end]) + headers + b"\r\n\r\n", blank + 4
 
 
+def with_host(piece: bytes, length: int, host: bytes, written: bytes | None) -> bytes | None:
+    """The HTTP/1.1 request that starts `piece` (its head, then `length` bytes of body) as the agent wrote
+    it, but for the Host header (`written`: its name as written; None: there is none) that says `host`;
+    in one splice, for the plain path. None when it is not all in `piece`, or not HTTP/1.1."""
+    blank = piece.find(b"\r\n\r\n")
+    line_end = piece.find(b"\r\n")
+    end = blank + 4 + length
+    if blank < 0 or line_end <= 0 or piece[0] == 10 or len(piece) < end or \
+            not piece.startswith(b" HTTP/1.1", line_end - 9):
+        return None  # (or an empty line before the request line, which the parser skips)
+    if written is None:  # added after the request line
+        at = after = line_end
+    else:
+        at = piece.find(b"\r\n%b:" % written, line_end, blank)
+        after = piece.find(b"\r\n", at + 2)
+        if at < 0:
+            return None
+    return b"%b\r\nHost: %b%b" % (piece[:at], host, piece[after:end])
+
+
 def head_with(head: bytes, headers: Headers) -> bytes:
     """`head` (as `head_as_written` made it) with `headers` (lower-case names) in place of its own ones."""
     names = {name for name, _ in headers}
@@ -345,7 +365,7 @@ class HttpProxy:
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
         engine = self.engine
-        length, session, hosts, picked = -1, None, 0, []
+        length, session, host, picked = -1, None, None, []
         special = client.special  # the names Head's pass stops at
         read = engine.head_headers  # the names a rule's head check reads
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
@@ -356,8 +376,8 @@ class HttpProxy:
                 continue
             if lower == b"content-length" and length < 0 and value.strip().isdigit():
                 length = int(value)
-            elif lower == b"host" and not hosts:
-                hosts = 1
+            elif lower == b"host" and host is None:
+                host = name  # as written
             elif lower == self.session_header:
                 if session is None:
                     session = value
@@ -377,26 +397,26 @@ class HttpProxy:
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
-        data, end = head_as_written(piece, route.host_header)
-        line_end = piece.find(b"\r\n")
-        if not data or len(piece) < end + length or not piece.startswith(b" HTTP/1.1", line_end - 9):
+        sent = with_host(piece, length, route.host_header, host)
+        if sent is None:
             return None  # not all there, or not HTTP/1.1
         conn = route.pool.take_idle()
         if conn is None:  # a new connection is opened in a task: the general path does that
             return None
         exchange = ClientExchange(client, None, piece)
-        body = piece[end:end + length]
+        body = sent[len(sent) - length:]
         # with tracing on, a call the sampler leaves out before a Message is needed goes on untouched
         if (tracing := engine.tracing).on and (root := tracing.root_draw(headers, body)) != 0:
             msg = msg or self._raw_message(method, target, session, headers, client.peer, route)
             if body and length <= SMALL_BODY:
                 msg.body = body
             if context := open_span(engine, msg, route, target, client.peer, root or 0):
+                head = sent[:len(sent) - length]
                 if msg.body is not None and msg.body is not body:  # params._meta carries the context too
                     body = msg.body
                     context.append((b"content-length", b"%d" % len(body)))
-                data = head_with(data, context)
-        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, data + body, msg)
+                sent = head_with(head, context) + body
+        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, sent, msg)
         return exchange
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
