@@ -36,6 +36,8 @@ def upstream_script(holder: dict[str, str]):
             if path == b"/hop":
                 writer.write(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n"
                              b"Content-Length: 2\r\nX-End: 1\r\n\r\nok")
+            elif path == b"/twice":  # a second response nobody asked for, in the same piece
+                writer.write(OK + OK)
             elif path == b"/early":
                 writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + OK)
             elif path == b"/sse":
@@ -82,6 +84,17 @@ def test_a_response_head_that_must_change_is_rewritten(make_proxy, scripted):
         assert (status, body, headers["X-End"]) == (200, b"ok", "1")
         assert "Keep-Alive" not in headers and "Connection" not in headers
         warm(client)  # in step after it
+
+
+def test_a_second_response_nobody_asked_for_ends_that_upstream_connection_not_the_agents(make_proxy, scripted):
+    proxy, _ = start(make_proxy, scripted)
+    with RawClient(proxy.url) as client:
+        warm(client)
+        client.send(get("/twice"))
+        assert client.response()[:3:2] == (200, b"ok")
+        warm(client)
+        warm(client)
+    assert [call["outcome"] for call in call_lines(proxy, 4, timeout=5)] == ["ok"] * 4
 
 
 def test_an_informational_response_is_relayed_before_the_final_one(make_proxy, scripted):
