@@ -510,6 +510,11 @@ class _Wire(asyncio.Protocol):
         if out and self._writable():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def discard_corked(self) -> None:
+        """Drop what was written since `cork`: it must not go out."""
+        if self._out is not None:
+            self._out.clear()
+
 
 class ClientConnection(_Wire):
     """One agent connection: parses requests, hands them to the handler one at a time, in order."""
@@ -773,6 +778,7 @@ class UpstreamConnection(_Wire):
         # arrive, parsed on the side only for its end and size (`body_bytes`).
         self.as_is = False
         self.body_bytes = 0
+        self._ended = False  # a response relayed as it came ended in the piece being read (see on_message_complete)
         self._piece = self._head_piece = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -826,9 +832,17 @@ class UpstreamConnection(_Wire):
         self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
+            if self._ended:
+                self._ended = False
+                self._complete(self._trailers or [])
         except httptools.HttpParserUpgrade as exc:
             self._to_tunnel(data[exc.args[0]:])
         except httptools.HttpParserError as exc:
+            if self._ended:  # the rest of the piece, relayed with the response, is another: none of it goes
+                self._ended = False
+                if client is not None:
+                    client.discard_corked()
+                exc = UpstreamError("the upstream sent another response after the one asked for")
             self._fail(UpstreamError(f"malformed response from upstream: {exc}"))
             self.transport.abort()
         finally:
@@ -882,6 +896,8 @@ class UpstreamConnection(_Wire):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        if self._ended:
+            raise UpstreamError("a second response in one piece")
         self._headers = []
         self._trailers = None
         self._reason = b""
@@ -930,7 +946,9 @@ class UpstreamConnection(_Wire):
 
     def on_message_complete(self) -> None:
         self._mid_message = False
-        if self.in_body and not self.head_request:
+        if self.as_is:  # its pieces went to the client whole: it ends once the rest of this one is known
+            self._ended = True  # to hold no other response (see data_received)
+        elif self.in_body and not self.head_request:
             self._complete(self._trailers or [])
 
     def _complete(self, trailers: Headers) -> None:
