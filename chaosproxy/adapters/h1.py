@@ -838,12 +838,13 @@ class UpstreamConnection(_Wire):
         except httptools.HttpParserUpgrade as exc:
             self._to_tunnel(data[exc.args[0]:])
         except httptools.HttpParserError as exc:
+            error = UpstreamError(f"malformed response from upstream: {exc}")
             if self._ended:  # the rest of the piece, relayed with the response, is another: none of it goes
                 self._ended = False
                 if client is not None:
                     client.discard_corked()
-                exc = UpstreamError("the upstream sent another response after the one asked for")
-            self._fail(UpstreamError(f"malformed response from upstream: {exc}"))
+                error = UpstreamError("the upstream sent a second response after the one asked for")
+            self._fail(error)
             self.transport.abort()
         finally:
             self._piece = self._head_piece = None
@@ -896,7 +897,7 @@ class UpstreamConnection(_Wire):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        if self._ended:
+        if self._ended:  # data_received says what it was
             raise UpstreamError("a second response in one piece")
         self._headers = []
         self._trailers = None

@@ -215,9 +215,9 @@ def with_host(piece: bytes, length: int, host: bytes, written: bytes | None) -> 
         at = after = line_end
     else:
         at = piece.find(b"\r\n%b:" % written, line_end, blank)
-        after = piece.find(b"\r\n", at + 2)
         if at < 0:
             return None
+        after = piece.find(b"\r\n", at + 2)
     return b"%b\r\nHost: %b%b" % (piece[:at], host, piece[after:end])
 
 
