@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/cpu_profile.py [--target chaos] [--conns 64] [--seconds 10] [--top 25] [--out DIR]
     .venv/bin/python bench/cpu_profile.py --compare chaos,fastrelay [--rounds 3] [--seconds 3]
+    add --upstream node for a Node http server upstream (its answers carry keep-alive lines)
 
 Needs py-spy in the venv (.venv/bin/pip install py-spy). py-spy runs --nonblocking, so the target is
 not slowed down and the measured CPU per request holds; each function's share of the samples is
@@ -40,12 +41,12 @@ def tops(stacks: Path, n: int) -> tuple[int, list[tuple[str, int]], list[tuple[s
     return total, own.most_common(n), incl.most_common(n)
 
 
-def compare(targets: list[str], conns: int, seconds: int, rounds: int, out: Path) -> int:
+def compare(targets: list[str], conns: int, seconds: int, rounds: int, out: Path, upstream: str) -> int:
     """Median CPU µs per request (and its kernel part) of each target at `conns` connections."""
     procs = Procs(out / "logs")
     samples: dict[str, list[tuple[float, float, float]]] = {t: [] for t in targets}
     try:
-        ports, pids, upstream_pid = start_targets(procs, ["direct", *targets], out)
+        ports, pids, upstream_pid = start_targets(procs, ["direct", *targets], out, upstream)
         bench = Bench(out, ports, pids, upstream_pid)
         for target in targets:
             bench.wrk(target, "warmup", 2, 8, 1, "wrk_post.lua", "/echo/tool")
@@ -72,17 +73,19 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compare", help="comma-separated targets: CPU per request only, no py-spy")
     ap.add_argument("--rounds", type=int, default=3, help="with --compare: rounds over the targets")
+    ap.add_argument("--upstream", choices=["python", "node"], default="python",
+                    help="the demo tool server, or a Node http server (bench/node_upstream.mjs: keep-alive lines)")
     ap.add_argument("--out", type=Path,
                     default=Path(f"/tmp/chaosproxy-profile-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = ap.parse_args()
     (args.out / "raw").mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     if args.compare:
-        return compare(args.compare.split(","), args.conns, args.seconds, args.rounds, args.out)
+        return compare(args.compare.split(","), args.conns, args.seconds, args.rounds, args.out, args.upstream)
     stacks = args.out / f"{args.target}-c{args.conns}.txt"
     procs = Procs(args.out / "logs")
     try:
-        ports, pids, upstream_pid = start_targets(procs, ["direct", args.target], args.out)
+        ports, pids, upstream_pid = start_targets(procs, ["direct", args.target], args.out, args.upstream)
         bench = Bench(args.out, ports, pids, upstream_pid)
         bench.wrk(args.target, "warmup", 2, 8, 1, "wrk_post.lua", "/echo/tool")
         spy = procs.start("py-spy", [PYSPY, "record", "--nonblocking", "-r", "250", "-f", "raw", "-d",

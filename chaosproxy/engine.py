@@ -147,6 +147,7 @@ class Engine:
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
+        self.idle = True
         self.load(scenario, keep_state=False)
 
     def load(self, scenario: Scenario, *, keep_state: bool = True) -> None:
@@ -168,6 +169,7 @@ class Engine:
             by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
         self.scenario = scenario
         self._compiled = compiled
+        self.idle = not compiled  # no rule is loaded: nothing can act on any message
         self._by_kind = by_kind
         # Faults that show the agent made-up tools need to see its tools/call requests to route them.
         self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
@@ -191,10 +193,6 @@ class Engine:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
 
-    @property
-    def idle(self) -> bool:
-        """No rule is loaded: nothing can act on any message."""
-        return not self._compiled
 
     def could_act(self, msg: Message) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request

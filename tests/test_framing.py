@@ -18,7 +18,7 @@ from aiohttp import web
 
 from chaosproxy.demo.serving import serve
 from tests.framing_support import RawClient, read_request
-from tests.support import rule
+from tests.support import call_lines, rule
 
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 REPLY = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}]}}
@@ -519,6 +519,27 @@ def test_a_plain_request_goes_upstream_as_written_but_for_host(make_proxy, scrip
     assert requests[1] == b"GET /tools/y HTTP/1.1\r\nX-A: 1\r\nHost: " + upstream_host + b"\r\n\r\n"
 
 
+def test_a_request_whose_only_hop_by_hop_lines_say_keep_alive_goes_upstream_as_written_without_them(
+        make_proxy, scripted):
+    """As httpx (the OpenAI, Anthropic and MCP SDKs' client) and undici send them: the keep-alive lines
+    are about the agent's connection and stay behind; the rest goes as written, order and case kept
+    (re-serialised, Host would come first and the framing last), on the first request and on the
+    plain path after it."""
+    requests: list[bytes] = []
+    upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+    proxy = make_proxy(to=upstream.url)
+    head = (b"POST /tools/x HTTP/1.1\r\ncontent-length: 3\r\nconnection: keep-alive\r\nx-b: 1\r\n"
+            b"Keep-Alive: 300\r\nHost: agent\r\n\r\n")
+    with RawClient(proxy.url) as client:
+        for _ in range(3):
+            client.send(head + b"abc")
+            assert client.response()[2] == b"ok"
+    upstream_host = upstream.url.removeprefix("http://").encode()
+    sent = b"POST /tools/x HTTP/1.1\r\ncontent-length: 3\r\nx-b: 1\r\nHost: %b\r\n\r\nabc" % upstream_host
+    assert requests[1:] == [sent] * 2
+    assert requests[0].lower().count(b"connection") == requests[0].lower().count(b"keep-alive") == 0
+
+
 def test_a_request_with_hop_by_hop_headers_or_under_a_prefix_is_rewritten(make_proxy, scripted):
     requests: list[bytes] = []
     upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
@@ -547,14 +568,33 @@ def test_a_plain_response_reaches_the_agent_as_written(make_proxy, scripted):
 
 
 def test_a_response_with_hop_by_hop_headers_is_rewritten(make_proxy, scripted):
-    upstream = scripted(_capture([], b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n"
-                                     b"Content-Length: 2\r\nX-End: 1\r\n\r\nok"))
+    upstream = scripted(_capture([], b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive, X-Hop\r\n"
+                                     b"X-Hop: 1\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok"))
     proxy = make_proxy(to=upstream.url)
     with RawClient(proxy.url) as client:
         client.send(get("/x"))
         status, headers, body = client.response()
     assert (status, body, headers["X-End"]) == (200, b"ok", "1")
-    assert "Keep-Alive" not in headers and "Connection" not in headers
+    assert not {"Keep-Alive", "Connection", "X-Hop"} & set(headers)
+
+
+@pytest.mark.parametrize("framing", [b"content-length: 2\r\n", b"Transfer-Encoding: chunked\r\n"])
+def test_a_response_whose_only_hop_by_hop_lines_say_keep_alive_goes_as_written_without_them(
+        make_proxy, scripted, framing):
+    """As Node's server answers: its Connection and Keep-Alive lines go (they are about the upstream's
+    connection), the rest of the head as written, order and case kept (re-serialised, the framing would
+    come last), on the first request and on the plain path after it."""
+    body = b"ok" if framing.startswith(b"content") else b"2\r\nok\r\n0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nx-powered-by: Express\r\n%bConnection: keep-alive\r\nX-B: 1\r\n" \
+           b"Keep-Alive: timeout=5\r\n\r\n" % framing
+    upstream = scripted(_capture([], head + body))
+    proxy = make_proxy(to=upstream.url)
+    relayed = b"HTTP/1.1 200 OK\r\nx-powered-by: Express\r\n%bX-B: 1\r\n\r\n%b" % (framing, body)
+    with RawClient(proxy.url) as client:
+        for _ in range(3):  # and the connection stays in step
+            client.send(get("/x"))
+            assert _recv_exactly(client, len(relayed)) == relayed
+    assert [(call["status"], call["bytes_out"]) for call in call_lines(proxy, 3)] == [(200, 2)] * 3
 
 
 def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):

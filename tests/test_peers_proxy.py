@@ -15,6 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from tests.framing_support import RawClient
 from tests.mcp_support import client, dump
 from tests.peers import peers
 
@@ -93,3 +94,36 @@ def test_conformance_suite_gives_the_same_results_direct_and_through_the_idle_pr
         proxied = peers.conformance(through(proxy.url, server))
     assert direct.passed, direct.output[-2000:]
     assert proxied.checks == direct.checks
+
+
+def _raw_initialize(base: str, path: str) -> list[list[bytes]]:
+    """Two initialize requests on one connection (the second takes the plain path through an idle
+    proxy): each answer's header lines, split into name and value, then its body."""
+    body = (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+            b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}')
+    request = (b"POST %b HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+               b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
+               % (path.encode(), len(body), body))
+    answers = []
+    with RawClient(base) as raw:
+        for _ in range(2):
+            raw.send(request)
+            status_line, lines = raw.read_line(), []
+            while (line := raw.read_line()) != b"\r\n":
+                lines.append(line.rstrip(b"\r\n").split(b": ", 1))
+            length = int(next(value for name, value in lines if name.lower() == b"content-length"))
+            answers.append([status_line, *(name for name, _ in lines), raw.file.read(length)[:13]])
+    return answers
+
+
+def test_the_node_reference_servers_answers_reach_the_agent_as_written_but_for_connection(make_proxy):
+    """server-everything's Express says `connection: keep-alive` on every answer: the proxy takes out that
+    line (it is about the upstream's connection, not the agent's) and relays the rest of each head as
+    written, the names in their order and case (re-serialised, the framing would come last)."""
+    with peers.everything_http("streamableHttp") as server:
+        proxy = make_proxy(to=server.base)
+        direct = _raw_initialize(server.base, "/mcp")
+        relayed = _raw_initialize(proxy.url, "/mcp")
+    assert all(b"connection" in answer for answer in direct)  # what this is about
+    assert relayed == [[part for part in answer if part != b"connection"] for answer in direct]
+    assert relayed[0][-1] == b"event: messag"

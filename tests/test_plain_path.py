@@ -21,7 +21,7 @@ from tests.support import call_lines
 from tests.test_otel import AGENT_SPAN, AGENT_TRACE, receiver  # noqa: F401
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-HOP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"  # a head to rewrite
+HOP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\nok"  # a head to rewrite
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 
 
@@ -35,8 +35,8 @@ def upstream_script(holder: dict[str, str]):
             head, _ = await read_request(reader)
             path = head.split(b" ")[1]
             if path == b"/hop":
-                writer.write(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\n"
-                             b"Content-Length: 2\r\nX-End: 1\r\n\r\nok")
+                writer.write(b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive, X-Hop\r\n"
+                             b"X-Hop: 1\r\nContent-Length: 2\r\nX-End: 1\r\n\r\nok")
             elif path == b"/twice":  # a second response nobody asked for, in the same piece
                 writer.write(OK + b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
             elif path.startswith(b"/say-"):
@@ -85,7 +85,7 @@ def test_a_response_head_that_must_change_is_rewritten(make_proxy, scripted):
         client.send(get("/hop"))
         status, headers, body = client.response()
         assert (status, body, headers["X-End"]) == (200, b"ok", "1")
-        assert "Keep-Alive" not in headers and "Connection" not in headers
+        assert not {"Keep-Alive", "Connection", "X-Hop"} & set(headers)
         warm(client)  # in step after it
 
 

@@ -12,6 +12,7 @@ the framing must change (a re-serialised chunked body is re-chunked).
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 from collections import deque
@@ -132,18 +133,38 @@ class Head:
 
 _HOPS: dict[tuple[frozenset[bytes], frozenset[bytes]], frozenset[bytes]] = {}
 _NOT_AS_IS = HOP_BY_HOP - {b"transfer-encoding"}
-_AS_IS_CHECKED = HOP_BY_HOP | {b"content-type"}  # the names `relayable` looks at
+_AS_IS_CHECKED = HOP_BY_HOP | {b"content-type"}  # the names `as_written` looks at
+_KEEP_ALIVE_LINE = re.compile(rb"\r\n(?:connection|keep-alive):[^\r]*", re.IGNORECASE)
 
 
-def relayable(headers: Headers, events: bool) -> bool:
-    """Whether a response head may reach the client as the upstream wrote it: it has no hop-by-hop
-    header bar `Transfer-Encoding: chunked`, and (unless `events`) is not an event stream's."""
+def as_written(piece: bytes, headers: Headers, events: bool) -> bytes | None:
+    """`piece`, which starts with a whole response head (`headers`), as it may reach the client: as the
+    upstream wrote it when the head has no hop-by-hop header bar `Transfer-Encoding: chunked` and
+    (unless `events`) is not an event stream's; without its `Connection: keep-alive` and `Keep-Alive`
+    lines when those are its only others, as Node's server sends them (they say how the upstream keeps
+    its connection, not how the proxy keeps the agent's). None: the head must be re-serialised."""
+    keep_alive_lines = 0
     for name, value in headers:
-        if (lower := name.lower()) in _AS_IS_CHECKED and (
-                lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or
-                (lower == b"content-type" and not events and b"event-stream" in value)):
-            return False
-    return True
+        if (lower := name.lower()) in _AS_IS_CHECKED:
+            if keeps_alive(lower, value):
+                keep_alive_lines += 1
+            elif lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or \
+                    (lower == b"content-type" and not events and b"event-stream" in value):
+                return None
+    return without_keep_alive(piece, keep_alive_lines) if keep_alive_lines else piece
+
+
+def keeps_alive(lower: bytes, value: bytes) -> bool:
+    """Whether a header (its name in lower case) only says the connection it came on is kept alive."""
+    return lower == b"keep-alive" or (lower == b"connection" and value.strip().lower() == b"keep-alive")
+
+
+def without_keep_alive(piece: bytes, lines: int) -> bytes | None:
+    """`piece`, which starts with a whole message head holding `lines` Connection and Keep-Alive header
+    lines, without those lines (None if they are not all found in the head)."""
+    blank = piece.find(b"\r\n\r\n")
+    head, found = _KEEP_ALIVE_LINE.subn(b"", piece[:blank])
+    return head + piece[blank:] if blank > 0 and found == lines else None
 
 
 def serialize_head(first_line: bytes, headers: Headers, framing: bytes = b"") -> bytes:
@@ -616,9 +637,8 @@ class ClientConnection(_Wire):
         parser = self.parser
         if self._head_piece is not None and not self.queue and self.handler.plain:
             exchange = self.handler.relay_plain(self, self._url, self._headers, self._head_piece)
-            if exchange is not None:
+            if exchange is not None:  # its body went with its head: what the parser reads of it is not kept
                 self._trailers = []
-                self.parsing = exchange
                 self.queue.append(exchange)
                 return
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive(), self.special,
@@ -919,10 +939,10 @@ class UpstreamConnection(_Wire):
             return
         if sink.as_is and (piece := self._head_piece) is not None and self.client is not None and \
                 status != 101 and piece.startswith(b"HTTP/1.1 ") and parser.should_keep_alive() and \
-                relayable(self._headers, sink.as_is == AS_IS):
+                (relayed := as_written(piece, self._headers, sink.as_is == AS_IS)) is not None:
             self.as_is = self.in_body = self._keep_alive = True
             self._trailers = []
-            self.client.write(piece)  # the head and what came of the body with it; the rest as it comes
+            self.client.write(relayed)  # the head and what came of the body with it; the rest as it comes
             sink.response_as_is(status)
             return
         head = Head(self._headers, parser.get_http_version(), parser.should_keep_alive())

@@ -31,7 +31,8 @@ from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
     AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head,
-    Headers, UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, last_chunk, method_name, serialize_head,
+    Headers, UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
+    serialize_head, without_keep_alive,
 )
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
@@ -352,7 +353,8 @@ class HttpProxy:
     def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
                     piece: bytes) -> ClientExchange | None:
         """The plain path: a request no rule could act on, that came whole in one piece of input with a
-        head holding nothing to take out, goes upstream as written (Host aside) on an idle pooled
+        head holding nothing to take out but the keep-alive lines httpx and undici send (`Connection:
+        keep-alive`, `Keep-Alive`), goes upstream as written (Host aside, those lines out) on an idle pooled
         connection, with no Head or Passthrough made unless the response needs them
         (`PlainRelay.promote`), nor a Message unless the rule check meets a head it has not answered
         yet or the span needs one. None when the request is not such a one: `handle` takes it. With
@@ -365,7 +367,7 @@ class HttpProxy:
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
         engine = self.engine
-        length, session, host, picked = -1, None, None, []
+        length, session, host, picked, keep_alive_lines = -1, None, None, [], 0
         special = client.special  # the names Head's pass stops at
         read = engine.head_headers  # the names a rule's head check reads
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
@@ -381,7 +383,9 @@ class HttpProxy:
             elif lower == self.session_header:
                 if session is None:
                     session = value
-            else:  # hop-by-hop, Expect, a second Host or Content-Length
+            elif keeps_alive(lower, value):  # as httpx and undici send it: about the agent's connection only
+                keep_alive_lines += 1
+            else:  # other hop-by-hop headers, Expect, a second Host or Content-Length
                 return None
         msg = None
         if not engine.idle:  # asked once for each head alike (what a rule's head checks read of it)
@@ -398,6 +402,8 @@ class HttpProxy:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
         sent = with_host(piece, length, route.host_header, host)
+        if keep_alive_lines and sent is not None:
+            sent = without_keep_alive(sent, keep_alive_lines)
         if sent is None:
             return None  # not all there, or not HTTP/1.1
         conn = route.pool.take_idle()
@@ -868,7 +874,7 @@ class PlainRelay:
         msg = self.msg
         called = rpc_call(msg.rpc) if msg is not None and msg.parsed else self.body or None
         self.proxy.engine.log.write_call((
-            self.proxy.transport, self.session, self.exchange.peer, self.route.name, self.method, self.target,
+            self.proxy.transport, self.session, self.exchange.conn.peer, self.route.name, self.method, self.target,
             self.status, outcome, self.conn.body_bytes, time.perf_counter() - self.started, called),
             _plain_call_line)
         if msg is not None and msg.trace is not None:
