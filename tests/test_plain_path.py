@@ -296,3 +296,36 @@ def test_a_call_the_sampler_leaves_out_goes_on_as_written_and_one_it_keeps_is_tr
     assert roots == {head.split(b"traceparent: ")[1][36:52].decode() for head in kept}
     [child] = [span for span in spans if span.parent_id == AGENT_SPAN]
     assert child.trace_id == AGENT_TRACE and child.span_id.encode() in got[-1][0]
+
+
+def test_under_routes_the_plain_path_sends_each_request_to_its_route_as_written(make_proxy, scripted):
+    """Two routes, one with a base path: after the first request on each (which opens the pooled
+    connection), requests go as written but for the request line (prefix off, base path on), Host and
+    the keep-alive line; a promoted call (a head to rewrite) still reaches its route's upstream."""
+    got: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def script(name: str):
+        async def serve(reader, writer):
+            while True:
+                head, body = await read_request(reader)
+                got[name].append(head + body)
+                writer.write(HOP if b" /hop" in head else OK)
+                await writer.drain()
+        return serve
+
+    a, b = scripted(script("a")), scripted(script("b"))
+    proxy = make_proxy({"routes": {"/a": a.url, "/b": b.url + "/base"}})
+    sent = b"POST %b?q=1 HTTP/1.1\r\nx-first: 1\r\nConnection: keep-alive\r\nhost: agent\r\ncontent-length: 2\r\n\r\nhi"
+    with RawClient(proxy.url) as client:
+        for path in (b"/a/x", b"/b/y", b"/a/x", b"/b/y", b"/b/hop", b"/b/y"):
+            client.send(sent % path)
+            assert client.response()[:3:2] == (200, b"ok")
+    host = {name: upstream.url.removeprefix("http://").encode() for name, upstream in (("a", a), ("b", b))}
+    assert got["a"][1] == b"POST /x?q=1 HTTP/1.1\r\nx-first: 1\r\nHost: %b\r\ncontent-length: 2\r\n\r\nhi" % host["a"]
+    assert got["b"][1] == got["b"][3] == \
+        b"POST /base/y?q=1 HTTP/1.1\r\nx-first: 1\r\nHost: %b\r\ncontent-length: 2\r\n\r\nhi" % host["b"]
+    assert got["b"][2].startswith(b"POST /base/hop?q=1 HTTP/1.1\r\n")
+    calls = call_lines(proxy, 6, timeout=5)
+    assert [(call["route"], call["path"], call["status"]) for call in calls] == [
+        ("a", "/a/x", 200), ("b", "/b/y", 200), ("a", "/a/x", 200), ("b", "/b/y", 200), ("b", "/b/hop", 200),
+        ("b", "/b/y", 200)]

@@ -342,7 +342,6 @@ class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
     session_header: bytes  # lower case; its first value in a request is `Head.watched`
-    plain: bool  # whether `relay_plain` may take requests now
 
     def handle(self, exchange: ClientExchange) -> None: ...
 
@@ -635,7 +634,7 @@ class ClientConnection(_Wire):
 
     def on_headers_complete(self) -> None:
         parser = self.parser
-        if self._head_piece is not None and not self.queue and self.handler.plain:
+        if self._head_piece is not None and not self.queue:
             exchange = self.handler.relay_plain(self, self._url, self._headers, self._head_piece)
             if exchange is not None:  # its body went with its head: what the parser reads of it is not kept
                 self._trailers = []

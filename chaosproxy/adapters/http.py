@@ -202,10 +202,12 @@ def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None
     return (request_line or piece[:line_end]) + headers + b"\r\n\r\n", blank + 4
 
 
-def with_host(piece: bytes, length: int, host: bytes, written: bytes | None) -> bytes | None:
+def with_host(piece: bytes, length: int, host: bytes, written: bytes | None,
+              request_line: bytes | None = None) -> bytes | None:
     """The HTTP/1.1 request that starts `piece` (its head, then `length` bytes of body) as the agent wrote
-    it, but for the Host header (`written`: its name as written; None: there is none) that says `host`;
-    in one splice, for the plain path. None when it is not all in `piece`, or not HTTP/1.1."""
+    it, but for the Host header (`written`: its name as written; None: there is none) that says `host`
+    and, when given, the request line; in one splice, for the plain path. None when it is not all in
+    `piece`, or not HTTP/1.1."""
     blank = piece.find(b"\r\n\r\n")
     line_end = piece.find(b"\r\n")
     end = blank + 4 + length
@@ -219,6 +221,8 @@ def with_host(piece: bytes, length: int, host: bytes, written: bytes | None) -> 
         if at < 0:
             return None
         after = piece.find(b"\r\n", at + 2)
+    if request_line is not None:
+        return b"%b%b\r\nHost: %b%b" % (request_line, piece[line_end:at], host, piece[after:end])
     return b"%b\r\nHost: %b%b" % (piece[:at], host, piece[after:end])
 
 
@@ -271,10 +275,9 @@ class HttpProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(upstream_timeout)
         self.session_header = b"mcp-session-id"  # Head.watched: the agent's session when it names one
-        # the plain path (relay_plain) serves a proxy with one route that changes no target
+        # the plain path's route (relay_plain) when there is one and it changes no target; else found by prefix
         root = self.routes[0]
         self._plain_route = root if len(self.routes) == 1 and not root.prefix and not root.base_path else None
-        self.plain = self._plain_route is not None  # whether requests may take the plain path
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -362,10 +365,15 @@ class HttpProxy:
         in a JSON-RPC request's `params._meta`), as on the general path."""
         parser = client.parser
         method = parser.get_method()
-        route = self._plain_route
-        if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or route is None or \
+        if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or \
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
+        route, upstream_target = self._plain_route, target
+        if route is None:  # routes by prefix, or a base path: the target changes on the way
+            route, rest = self._route(target.decode("latin-1"))
+            if route is None or rest is None:
+                return None  # no route: the general path answers 404
+            upstream_target = route.base_path + (rest.encode("latin-1") if route.prefix else target)
         engine = self.engine
         length, session, host, picked, keep_alive_lines = -1, None, None, [], 0
         special = client.special  # the names Head's pass stops at
@@ -401,7 +409,8 @@ class HttpProxy:
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
-        sent = with_host(piece, length, route.host_header, host)
+        sent = with_host(piece, length, route.host_header, host,
+                         None if upstream_target is target else b"%b %b HTTP/1.1" % (method, upstream_target))
         if keep_alive_lines and sent is not None:
             sent = without_keep_alive(sent, keep_alive_lines)
         if sent is None:
@@ -416,13 +425,13 @@ class HttpProxy:
             msg = msg or self._raw_message(method, target, session, headers, client.peer, route)
             if body and length <= SMALL_BODY:
                 msg.body = body
-            if context := open_span(engine, msg, route, target, client.peer, root or 0):
+            if context := open_span(engine, msg, route, upstream_target, client.peer, root or 0):
                 head = sent[:len(sent) - length]
                 if msg.body is not None and msg.body is not body:  # params._meta carries the context too
                     body = msg.body
                     context.append((b"content-length", b"%d" % len(body)))
                 sent = head_with(head, context) + body
-        PlainRelay(self, exchange, route, conn, method, target, headers, session, body, sent, msg)
+        PlainRelay(self, exchange, route, conn, method, target, upstream_target, headers, session, body, sent, msg)
         return exchange
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
@@ -778,13 +787,14 @@ class PlainRelay:
     change, a 1xx, a failure, a timeout) is the general path's: `promote` hands the call to a
     Passthrough in the state it would have had from the start."""
 
-    __slots__ = ("proxy", "exchange", "route", "conn", "method", "target", "headers", "session", "body", "sent",
-                 "started", "status", "as_is", "msg")
+    __slots__ = ("proxy", "exchange", "route", "conn", "method", "target", "upstream_target", "headers", "session",
+                 "body", "sent", "started", "status", "as_is", "msg")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, route: Route, conn: UpstreamConnection,
-                 method: bytes, target: bytes, headers: Headers, session: bytes | None, body: bytes,
-                 sent: bytes, msg: Message | None) -> None:
-        """`msg`: the call's Message if the rule check or the span made one (else made if promoted)."""
+                 method: bytes, target: bytes, upstream_target: bytes, headers: Headers, session: bytes | None,
+                 body: bytes, sent: bytes, msg: Message | None) -> None:
+        """`target`: as the agent wrote it; `upstream_target`: as sent on (the route's prefix and base path
+        applied). `msg`: the call's Message if the rule check or the span made one (else made if promoted)."""
         self.started = time.perf_counter()
         self.proxy = proxy
         self.exchange = exchange
@@ -792,6 +802,7 @@ class PlainRelay:
         self.conn = conn
         self.method = method
         self.target = target
+        self.upstream_target = upstream_target
         self.headers = headers
         self.session = session
         self.body = body
@@ -820,7 +831,7 @@ class PlainRelay:
         exchange.head = head
         msg = self.msg or proxy._message(head.method, self.target.decode("latin-1"), head.watched, self.headers,
                                          exchange.peer, self.route)
-        passthrough = Passthrough(proxy, exchange, msg, self.route, self.target)
+        passthrough = Passthrough(proxy, exchange, msg, self.route, self.upstream_target)
         passthrough.started, passthrough.status, passthrough.bytes_out = self.started, self.status, conn.body_bytes
         passthrough.conn = conn
         passthrough.as_is = self.as_is
