@@ -10,6 +10,7 @@ import json
 import threading
 import time
 import zlib
+from typing import Any
 
 import aiohttp
 import orjson
@@ -503,10 +504,17 @@ def _recv_exactly(client: RawClient, size: int) -> bytes:
     return data
 
 
-def test_a_plain_request_goes_upstream_as_written_but_for_host(make_proxy, scripted):
+def _requests_seen(make_proxy, scripted) -> tuple[Any, list[bytes], bytes]:
+    """A proxy in front of an upstream that answers `ok` and keeps each request's bytes: the proxy, those
+    requests, and the upstream's host (what Host says on the way)."""
     requests: list[bytes] = []
     upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
     proxy = make_proxy(to=upstream.url)
+    return proxy, requests, upstream.url.removeprefix("http://").encode()
+
+
+def test_a_plain_request_goes_upstream_as_written_but_for_host(make_proxy, scripted):
+    proxy, requests, upstream_host = _requests_seen(make_proxy, scripted)
     head = (b"POST /tools/x?a=%2F&b HTTP/1.1\r\nx-lower:   spaced value \r\nhost: agent\r\nX-Dup: 1\r\n"
             b"X-Dup: 2\r\ncontent-length: 3\r\n\r\n")
     with RawClient(proxy.url) as client:
@@ -514,7 +522,6 @@ def test_a_plain_request_goes_upstream_as_written_but_for_host(make_proxy, scrip
         assert client.response()[0] == 200
         client.send(b"GET /tools/y HTTP/1.1\r\nX-A: 1\r\nHost: agent\r\n\r\n")  # Host last, no body
         assert client.response()[0] == 200
-    upstream_host = upstream.url.removeprefix("http://").encode()
     assert requests[0] == head.replace(b"host: agent", b"Host: " + upstream_host) + b"abc"
     assert requests[1] == b"GET /tools/y HTTP/1.1\r\nX-A: 1\r\nHost: " + upstream_host + b"\r\n\r\n"
 
@@ -525,16 +532,13 @@ def test_a_request_whose_only_hop_by_hop_lines_say_keep_alive_goes_upstream_as_w
     are about the agent's connection and stay behind; the rest goes as written, order and case kept
     (re-serialised, Host would come first and the framing last), on the first request and on the
     plain path after it."""
-    requests: list[bytes] = []
-    upstream = scripted(_capture(requests, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-    proxy = make_proxy(to=upstream.url)
+    proxy, requests, upstream_host = _requests_seen(make_proxy, scripted)
     head = (b"POST /tools/x HTTP/1.1\r\ncontent-length: 3\r\nconnection: keep-alive\r\nx-b: 1\r\n"
             b"Keep-Alive: 300\r\nHost: agent\r\n\r\n")
     with RawClient(proxy.url) as client:
         for _ in range(3):
             client.send(head + b"abc")
             assert client.response()[2] == b"ok"
-    upstream_host = upstream.url.removeprefix("http://").encode()
     sent = b"POST /tools/x HTTP/1.1\r\ncontent-length: 3\r\nx-b: 1\r\nHost: %b\r\n\r\nabc" % upstream_host
     assert requests[1:] == [sent] * 2
     assert requests[0].lower().count(b"connection") == requests[0].lower().count(b"keep-alive") == 0
