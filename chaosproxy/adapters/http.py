@@ -185,49 +185,24 @@ class Route:
         return without(headers, b"expect") if body_read else headers
 
 
-def head_as_written(piece: bytes, host: bytes, request_line: bytes | None = None) -> tuple[bytes, int]:
-    """The request head that starts `piece`, as the agent wrote it but for Host (the upstream's) and, when
-    given, the request line; and where it ends in `piece`. (b"", 0) when it is not all there."""
-    blank = piece.find(b"\r\n\r\n")
-    line_end = piece.find(b"\r\n")
-    if blank < 0 or line_end <= 0 or piece[0] == 10:  # an empty line before it, which the parser skips
-        return b"", 0
-    headers = piece[line_end:blank]  # each header line with the CRLF before it
-    at = headers.lower().find(b"\r\nhost:")
-    if at < 0:
-        headers += b"\r\nHost: " + host
-    else:
-        after = headers.find(b"\r\n", at + 2)
-        headers = b"%b\r\nHost: %b%b" % (headers[:at], host, headers[after:] if after >= 0 else b"")
-    return (request_line or piece[:line_end]) + headers + b"\r\n\r\n", blank + 4
-
-
-def with_host(piece: bytes, length: int, host: bytes, written: bytes | None,
-              request_line: bytes | None = None) -> bytes | None:
-    """The HTTP/1.1 request that starts `piece` (its head, then `length` bytes of body) as the agent wrote
-    it, but for the Host header (`written`: its name as written; None: there is none) that says `host`
-    and, when given, the request line; in one splice, for the plain path. None when it is not all in
-    `piece`, or not HTTP/1.1."""
+def as_sent(piece: bytes, length: int, host: bytes, request_line: bytes | None = None) -> bytes | None:
+    """The request that starts `piece` (its head, then `length` bytes of body) as the agent wrote it, but
+    for its Host header, which says `host` (added after the request line when there is none), and, when
+    given, its request line; in one splice. None when it is not all in `piece`, or not HTTP/1.1."""
     blank = piece.find(b"\r\n\r\n")
     line_end = piece.find(b"\r\n")
     end = blank + 4 + length
     if blank < 0 or line_end <= 0 or piece[0] == 10 or len(piece) < end or \
             not piece.startswith(b" HTTP/1.1", line_end - 9):
         return None  # (or an empty line before the request line, which the parser skips)
-    if written is None:  # added after the request line
-        at = after = line_end
-    else:
-        at = piece.find(b"\r\n%b:" % written, line_end, blank)
-        if at < 0:
-            return None
-        after = piece.find(b"\r\n", at + 2)
-    if request_line is not None:
-        return b"%b%b\r\nHost: %b%b" % (request_line, piece[line_end:at], host, piece[after:end])
-    return b"%b\r\nHost: %b%b" % (piece[:at], host, piece[after:end])
+    at = piece[:blank].lower().find(b"\r\nhost:", line_end)
+    after = line_end if at < 0 else piece.find(b"\r\n", at + 2)
+    return b"%b%b\r\nHost: %b%b" % (request_line or piece[:line_end], piece[line_end:max(at, line_end)], host,
+                                    piece[after:end])
 
 
 def head_with(head: bytes, headers: Headers) -> bytes:
-    """`head` (as `head_as_written` made it) with `headers` (lower-case names) in place of its own ones."""
+    """`head` (as `as_sent` made it) with `headers` (lower-case names) in place of its own ones."""
     names = {name for name, _ in headers}
     first, *lines = head[:-4].split(b"\r\n")
     kept = [line for line in lines if line.partition(b":")[0].lower() not in names]
@@ -375,7 +350,7 @@ class HttpProxy:
                 return None  # no route: the general path answers 404
             upstream_target = route.base_path + (rest.encode("latin-1") if route.prefix else target)
         engine = self.engine
-        length, session, host, picked, keep_alive_lines = -1, None, None, [], 0
+        length, session, seen_host, picked, keep_alive_lines = -1, None, False, [], 0
         special = client.special  # the names Head's pass stops at
         read = engine.head_headers  # the names a rule's head check reads
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
@@ -386,8 +361,8 @@ class HttpProxy:
                 continue
             if lower == b"content-length" and length < 0 and value.strip().isdigit():
                 length = int(value)
-            elif lower == b"host" and host is None:
-                host = name  # as written
+            elif lower == b"host" and not seen_host:
+                seen_host = True
             elif lower == self.session_header:
                 if session is None:
                     session = value
@@ -409,8 +384,8 @@ class HttpProxy:
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
         length = max(length, 0)
-        sent = with_host(piece, length, route.host_header, host,
-                         None if upstream_target is target else b"%b %b HTTP/1.1" % (method, upstream_target))
+        sent = as_sent(piece, length, route.host_header,
+                       None if upstream_target is target else b"%b %b HTTP/1.1" % (method, upstream_target))
         if keep_alive_lines and sent is not None:
             sent = without_keep_alive(sent, keep_alive_lines)
         if sent is None:
@@ -617,19 +592,17 @@ class Passthrough(Call):
         head, piece = exchange.head, exchange.piece
         if piece is None or not head.plain or self.upstream_headers or conn is None:
             return False
-        same = self.target is head.target and head.version == "1.1"
-        data, end = head_as_written(piece, self.route.host_header,
-                                    None if same else b"%b %b HTTP/1.1" % (head.method.encode("latin-1"), self.target))
         length = head.length or 0
-        if not data or len(piece) < end + length:
+        data = as_sent(piece, length, self.route.host_header, None if self.target is head.target else
+                       b"%b %b HTTP/1.1" % (head.method.encode("latin-1"), self.target))
+        if data is None:
             return False
         if length:
-            self.body = body = piece[end:end + length]
+            self.body = body = data[len(data) - length:]
             if length <= SMALL_BODY:
                 self.msg.body = body
             self.keep_body = None
             exchange.body.pipe(ignore, ignore)  # what the parser hands on of it has gone already
-            data += body
         self._write(data)
         self.proxy.deadlines.wait(self)
         conn.request_sent = True
