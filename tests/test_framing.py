@@ -613,7 +613,10 @@ def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):
     assert (call["method"], call["tool"], call["rpc_id"], call["path"]) == ("tools/call", "search", 7, "/echo/rpc")
 
 
-def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted):
+@pytest.mark.parametrize("rules", [[], [{"name": "never", "match": {"tool": "no-such-tool"}, "fault": {"type": "rpc_error"}}]],
+                         ids=["relayed", "inspected"])
+def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted, rules):
+    """Relayed, and inspected (a rule that may act on any JSON-RPC message: the call is read by a coroutine)."""
     async def script(reader, writer):  # /hang is never answered
         while True:
             head, _ = await read_request(reader)
@@ -622,7 +625,7 @@ def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, sc
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             await writer.drain()
 
-    proxy = make_proxy(to=scripted(script).url, upstream_timeout=0.5)
+    proxy = make_proxy({"rules": rules}, to=scripted(script).url, upstream_timeout=0.5)
     with RawClient(proxy.url) as client:
         client.send(get("/x"))  # leaves a pooled connection, which the next request takes
         assert client.response()[:3:2] == (200, b"ok")

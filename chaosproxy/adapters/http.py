@@ -453,7 +453,8 @@ class HttpProxy:
 
 
 class Deadlines:
-    """Pass-throughs waiting for their response head, oldest first, under one timer (not one per request).
+    """Calls waiting for their response head (pass-throughs, and the readers of inspected calls), oldest
+    first, under one timer (not one per request).
 
     Every wait is --upstream-timeout long, so the order of arrival is the order of the deadlines: the
     timer is set for the oldest, and when it fires, expires what is due and is set for the next.
@@ -463,11 +464,11 @@ class Deadlines:
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self.waiting: dict[Passthrough | PlainRelay, float] = {}
+        self.waiting: dict[Passthrough | PlainRelay | ResponseReader, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def wait(self, passthrough: Passthrough | PlainRelay) -> None:
+    def wait(self, passthrough: Passthrough | PlainRelay | ResponseReader) -> None:
         """Start `passthrough`'s wait, unless it waits already (a retry keeps the first try's deadline)."""
         waiting = self.waiting
         if passthrough not in waiting:
@@ -476,7 +477,7 @@ class Deadlines:
             if self._timer is None:
                 self._timer = loop.call_at(deadline, self._expire)
 
-    def done(self, passthrough: Passthrough | PlainRelay) -> None:
+    def done(self, passthrough: Passthrough | PlainRelay | ResponseReader) -> None:
         self.waiting.pop(passthrough, None)
 
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -868,14 +869,21 @@ class PlainRelay:
 class ResponseReader:
     """An upstream response for a coroutine: await the head, then read the body piece by piece."""
 
-    __slots__ = ("exchange", "head", "body", "conn")
+    __slots__ = ("exchange", "head", "body", "conn", "timeout")
     as_is = AS_IS_NEVER  # what a coroutine reads may change on the way: never relayed as it came
 
-    def __init__(self, exchange: ClientExchange, conn: UpstreamConnection) -> None:
+    def __init__(self, exchange: ClientExchange, conn: UpstreamConnection, timeout: float) -> None:
+        """`timeout`: --upstream-timeout, which `Deadlines` holds the head to (see `timed_out`)."""
         self.exchange = exchange
         self.conn = conn
+        self.timeout = timeout
         self.head: asyncio.Future[Head] = asyncio.get_running_loop().create_future()
         self.body = Body(conn)
+
+    def timed_out(self) -> None:
+        """No response head within `timeout` (called by `Deadlines`)."""
+        if not self.head.done():
+            self.head.set_exception(UpstreamTimeout(f"no response head within {self.timeout:g} s"))
 
     def informational(self, status: int, reason: bytes, headers: Headers) -> None:
         self.exchange.informational(status, reason, headers)
@@ -994,20 +1002,23 @@ class Inspection:
         request = first_line(head.method, self.target) + b"".join(
             name + b": " + value + b"\r\n" for name, value in headers) + framing + b"\r\n"
         replayable = not streamed and head.method in IDEMPOTENT
+        deadlines = self.proxy.deadlines
         for attempt in (1, 2):
             reader = await self._send(request + (body or b""), prefix if streamed else None)
+            deadlines.wait(reader)  # no head within --upstream-timeout: it fails with UpstreamTimeout
             try:
-                async with asyncio.timeout(self.proxy.upstream_timeout):
-                    response = await reader.head
+                response = await reader.head
                 break
-            except TimeoutError as exc:
-                raise UpstreamTimeout(f"no response head within {self.proxy.upstream_timeout:g} s") from exc
+            except UpstreamTimeout:
+                raise
             except UpstreamError:
                 assert self.conn is not None
                 # a pooled connection the upstream had closed between requests: once more on a new one
                 if attempt == 2 or not self.conn.reused or self.conn.response_started or not replayable:
                     raise
                 self.conn = None
+            finally:
+                deadlines.done(reader)
         await self._relay(msg, response, reader, llm)
 
     async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
@@ -1017,7 +1028,7 @@ class Inspection:
             conn = self.conn = await self.route.pool.acquire()
         except (OSError, TimeoutError) as exc:
             raise UpstreamUnreachable(str(exc) or type(exc).__name__) from exc
-        reader = self.reader = ResponseReader(exchange, conn)
+        reader = self.reader = ResponseReader(exchange, conn, self.proxy.upstream_timeout)
         conn.begin(reader, head_request=exchange.head.method == "HEAD")
         conn.send(request)
         if streamed_prefix is None:
