@@ -141,6 +141,7 @@ hostile_headers = st.lists(st.sampled_from([
     b"Content-Type: text/event-stream", b"Content-Type: application/json", b"Content-Length: 5",
     b"Content-Length: 100000", b"Content-Length: x", b"Transfer-Encoding: chunked", b"Content-Encoding: gzip",
     b"Content-Encoding: br", b"Connection: close", b"Connection: keep-alive, x-hop", b"x-hop: 1", b"Trailer: X",
+    b"Connection: keep-alive", b"Keep-Alive: timeout=5",
     b"Bad Header", b": empty-name", b"X-Long: " + b"v" * 300]), max_size=5)
 hostile_bodies = st.one_of(
     st.sampled_from([b"", b"hello", b"0\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n", b"zz\r\nxx\r\n", b"5\r\nhi",

@@ -87,6 +87,8 @@ raw_targets = st.tuples(segments, st.sampled_from(["", "%2F", "a%2Fb", "%2f%2F"]
 chunk_splits = st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=6)
 extensions = st.sampled_from(["", ";ext", ";name=value", ';q="quoted"'])
 trailers = st.lists(st.tuples(st.sampled_from(["X-Checksum", "x-trailer"]), header_values), max_size=2)
+# what httpx and undici write about their connection: hop-by-hop, so never sent on; the rest as written
+keep_alive_lines = st.sampled_from(["", "Connection: keep-alive\r\n", "keep-alive: timeout=5\r\nConnection: Keep-Alive\r\n"])
 
 
 def _chunked(body: bytes, splits: list[int], extension: str, trailer: list[tuple[str, str]]) -> bytes:
@@ -105,12 +107,12 @@ def _chunked(body: bytes, splits: list[int], extension: str, trailer: list[tuple
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]), target=raw_targets, sent=raw_headers,
        body=st.binary(max_size=2048), chunked=st.booleans(), splits=chunk_splits, extension=extensions,
-       trailer=trailers)
+       trailer=trailers, keep_alive=keep_alive_lines)
 def test_raw_requests_pass_byte_transparent(idle_proxy, upstream, method, target, sent, body, chunked, splits,
-                                            extension, trailer):
+                                            extension, trailer, keep_alive):
     from tests.framing_support import RawClient
 
-    head = f"{method} {target} HTTP/1.1\r\nHost: agent\r\n" + "".join(f"{n}: {v}\r\n" for n, v in sent)
+    head = f"{method} {target} HTTP/1.1\r\nHost: agent\r\n{keep_alive}" + "".join(f"{n}: {v}\r\n" for n, v in sent)
     if chunked:
         request = (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + _chunked(body, splits, extension, trailer)
     else:
@@ -125,5 +127,7 @@ def test_raw_requests_pass_byte_transparent(idle_proxy, upstream, method, target
     direct, proxied = call(upstream), call(idle_proxy.url)
     assert proxied[0] == direct[0] == 200 and proxied[1] == direct[1] == body
     assert proxied[2]["x-echo-path"] == direct[2]["x-echo-path"] == target  # not one byte of the target lost
-    # every header reaches upstream with its spelling, repeats and order; only Host names the upstream
-    assert [h for h in proxied[3] if h[0].lower() != "host"] == [h for h in direct[3] if h[0].lower() != "host"]
+    # every header reaches upstream with its spelling, repeats and order; only Host names the upstream,
+    # and the keep-alive lines (about the agent's connection) stay behind
+    assert [h for h in proxied[3] if h[0].lower() != "host"] == \
+        [h for h in direct[3] if h[0].lower() not in ("host", "connection", "keep-alive")]
