@@ -98,7 +98,7 @@ def test_conformance_suite_gives_the_same_results_direct_and_through_the_idle_pr
 
 def _raw_initialize(base: str, path: str) -> list[list[bytes]]:
     """Two initialize requests on one connection (the second takes the plain path through an idle
-    proxy): each answer's header lines, split into name and value, then its body."""
+    proxy): each answer's status line, its header names in order, and the start of its body."""
     body = (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
             b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}')
     request = (b"POST %b HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
