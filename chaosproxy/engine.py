@@ -147,7 +147,6 @@ class Engine:
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
-        self.idle = True
         self.load(scenario, keep_state=False)
 
     def load(self, scenario: Scenario, *, keep_state: bool = True) -> None:
@@ -192,7 +191,6 @@ class Engine:
         if phase is Phase.REQUEST and messages and self._routes_calls:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
-
 
     def could_act(self, msg: Message) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request
