@@ -32,11 +32,12 @@ FROM runtime AS build
 # /etc/ssl/certs/ca-certificates.crt: where a builder has mounted its own bundle there (see the top), that
 # fails. So the Mozilla bundle is made in /opt/certs and copied into the final image; pip reads
 # /etc/ssl/certs/ca-certificates.crt, which is the builder's bundle if mounted, else a link to that one.
+# gcc and the Python headers: mypyc compiles the HTTP data plane (setup.py); the final image has neither.
 # hadolint ignore=DL3008
 RUN dpkg-divert --local --rename --add /usr/sbin/update-ca-certificates \
     && ln -s /bin/true /usr/sbin/update-ca-certificates \
     && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates python3-venv \
+    && apt-get install -y --no-install-recommends ca-certificates python3-venv gcc libc6-dev python3-dev \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir /opt/certs \
     && update-ca-certificates.distrib --etccertsdir /opt/certs \
@@ -48,7 +49,7 @@ COPY pyproject.toml /src/
 RUN python3 -c "import tomllib; print(*tomllib.load(open('/src/pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" \
         > /src/requirements.txt \
     && /opt/chaosproxy/bin/pip install --no-cache-dir --disable-pip-version-check -r /src/requirements.txt
-COPY README.md /src/
+COPY README.md setup.py /src/
 COPY chaosproxy /src/chaosproxy
 RUN /opt/chaosproxy/bin/pip install --no-cache-dir --disable-pip-version-check /src \
     && /opt/chaosproxy/bin/pip uninstall -y --disable-pip-version-check pip \

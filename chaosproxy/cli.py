@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaosproxy import __version__
+from chaosproxy.adapters import compiled
 from chaosproxy.drill import command as drill_command
 from chaosproxy.log import ops, setup_operational_log
 from chaosproxy.report import command as report_command
@@ -39,8 +40,10 @@ def _upstream_url(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"chaosproxy {__version__}")
+    parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # (--version unwrapped)
+    parser.add_argument("--version", action="version",
+                        version=f"chaosproxy {__version__}, HTTP data plane {compiled.FORM}")
     parser.add_argument("-v", "--verbose", action="store_true", default=_env_flag("VERBOSE"),
                         help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

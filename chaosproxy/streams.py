@@ -7,10 +7,39 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 # An SSE event ends at a blank line; lines end in CRLF, LF or CR.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+async def reads(read: Callable[[], Awaitable[bytes]]) -> AsyncIterator[bytes]:
+    """What `read` returns, piece by piece, until it returns b"" (the end)."""
+    while piece := await read():
+        yield piece
+
+
+async def once(payload: bytes) -> AsyncIterator[bytes]:
+    yield payload
+
+
+async def then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`first` (if any), then `rest`."""
+    if first:
+        yield first
+    async for piece in rest:
+        yield piece
+
+
+async def decoded(chunks: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
+    """A gzip or deflate body decoded as it arrives (so rules and the SSE splitter see plain text)."""
+    decoder = zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)
+    async for piece in chunks:
+        if plain := decoder.decompress(piece):
+            yield plain
+    if rest := decoder.flush():
+        yield rest
 
 
 async def limit(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:

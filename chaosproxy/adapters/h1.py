@@ -16,10 +16,13 @@ import re
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Protocol, cast
 
 import httptools
+
+from chaosproxy import streams
+from chaosproxy.adapters.errors import UpstreamError
 
 HIGH_WATER = 256 << 10  # a side whose buffer is over this pauses its producer
 LOW_WATER = 64 << 10
@@ -202,7 +205,7 @@ class Body:
     __slots__ = ("_pieces", "_size", "done", "trailers", "error", "_waiter", "_pipe", "_end", "_producer",
                  "_paused", "received")
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer | None) -> None:
         self._pieces: deque[bytes] | None = None  # made when a piece must wait (a piped body never does)
         self._size = 0
         self.done = False
@@ -225,6 +228,7 @@ class Body:
         self._pieces.append(data)
         self._size += len(data)
         if self._size > HIGH_WATER and not self._paused:
+            assert self._producer is not None  # (NO_BODY and SENT_BODY, which have none, are never fed)
             self._paused = True
             self._producer.pause_reading()
         self._wake()
@@ -265,6 +269,7 @@ class Body:
 
     def _resume_producer(self) -> None:
         if self._paused:
+            assert self._producer is not None
             self._paused = False
             self._producer.resume_reading()
 
@@ -286,13 +291,13 @@ class Body:
             self._resume_producer()
         return piece
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        while piece := await self.read():
-            yield piece
+    def chunks(self) -> AsyncIterator[bytes]:
+        return streams.reads(self.read)
 
     async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
         """Up to `limit` bytes (more if a piece overshoots); True when that was the whole body."""
-        pieces, size = [], 0
+        pieces: list[bytes] = []
+        size = 0
         while size <= limit:
             piece = await self.read()
             if not piece:
@@ -309,7 +314,7 @@ class _NoBody(Body):
     __slots__ = ()
 
     def __init__(self) -> None:
-        super().__init__(None)  # type: ignore[arg-type]  # never fed, so never paused
+        super().__init__(None)  # never fed, so never paused
         self.done = True
 
     def finish(self, trailers: Headers) -> None:
@@ -361,18 +366,18 @@ class ClientExchange:
         """`head` None: a request on the plain path (keep-alive, not HEAD, sent on whole with its head),
         given its Head only if the general path takes over."""
         self.conn = conn
-        self.head: Head = head  # type: ignore[assignment]
         self.piece = piece  # the input the request came in, when it starts it: the head may go on as written
-        if head is None:
+        if head is None:  # self.head stays unset until then
             self.body, self.close_after, self.no_body = SENT_BODY, False, False
         else:
+            self.head = head
             self.body = Body(conn) if head.has_body else NO_BODY
             self.close_after = not head.keep_alive
             self.no_body = head.method == "HEAD"
         self.started = False  # response head written
         self.chunked_out = False
         self.finished = False
-        self.on_client_gone: Callable[[], None] | None = None
+        self.on_client_gone: Callable[[], object] | None = None
         self.upstream: Producer | None = None  # paused while the client cannot take more (pass-through)
 
     @property
@@ -425,7 +430,7 @@ class ClientExchange:
         if data and not self.no_body:
             self.conn.write(chunk(data) if self.chunked_out else data)
 
-    def end(self, trailers: Headers = ()) -> None:  # type: ignore[assignment]
+    def end(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """The response is complete: the next request on this connection may be answered."""
         if self.chunked_out and not self.no_body:
             self.conn.write(last_chunk(trailers))
@@ -543,7 +548,6 @@ class ClientConnection(_Wire):
         self.handler = handler
         self.special = REQUEST_SPECIAL | {handler.session_header}
         self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.peer = "-"
         self.queue: deque[ClientExchange] = deque()
         self.parsing: ClientExchange | None = None  # whose body the parser is reading
@@ -564,7 +568,7 @@ class ClientConnection(_Wire):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # (a uvloop transport is none, but quacks like one)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -760,16 +764,11 @@ class ResponseSink(Protocol):
 AS_IS_NEVER, AS_IS_NO_EVENTS, AS_IS = 0, 1, 2  # ResponseSink.as_is
 
 
-class UpstreamError(Exception):
-    """The upstream broke the exchange: refused, closed early, or sent what HTTP does not allow."""
-
-
 class UpstreamConnection(_Wire):
     """One keep-alive connection to an upstream; it serves one request at a time for a `sink`."""
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.parser = httptools.HttpResponseParser(self)
         self.sink: ResponseSink | None = None
         self.head_request = False
@@ -801,7 +800,7 @@ class UpstreamConnection(_Wire):
         self._piece = self._head_piece = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # (a uvloop transport is none, but quacks like one)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

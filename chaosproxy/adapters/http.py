@@ -19,21 +19,22 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
+from mypy_extensions import mypyc_attr
 from yarl import URL
 
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
     AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head,
-    Headers, UpstreamConnection, UpstreamError, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
+    Headers, UpstreamConnection, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
     serialize_head, without_keep_alive,
 )
+from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm import api_for_path
@@ -102,6 +103,7 @@ def without(pairs: Headers, *names: bytes) -> Headers:
     return [(key, value) for key, value in pairs if key.lower() not in names]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the mitm adapter's flows are exchanges too
 class Exchange:
     """What the call log needs to know about one request, filled in as it goes (mitm's flows are these too)."""
 
@@ -115,6 +117,7 @@ class Exchange:
         self.faults: list[str] = []
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Call(Exchange):
     """One request through `chaosproxy run`, from its head being in to its call line being logged (once)."""
 
@@ -152,7 +155,7 @@ class Route:
         self.name = self.prefix.lstrip("/") or "default"
         self.upstream = str(url).rstrip("/")
         self.base_path = url.raw_path.rstrip("/").encode()
-        self.host_header = (url.raw_host or "").encode() + (b":%d" % url.port if not url.is_default_port() else b"")
+        self.host_header = (url.raw_host or "").encode() + (b":%d" % url.port if url.port is not None and not url.is_default_port() else b"")
         context = ssl.create_default_context() if url.scheme == "https" else None
         self.pool = UpstreamPool(url.raw_host or "127.0.0.1", url.port or 80, connect_timeout=timeout, tls=context)
         self.relay: BodyRelay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
@@ -259,7 +262,8 @@ class HttpProxy:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
                                                 reuse_address=True, backlog=1024)
-        return self._server.sockets[0].getsockname()[1]
+        sockets: Any = getattr(self._server, "sockets")  # a list under uvloop; typeshed says a tuple
+        return sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -304,10 +308,11 @@ class HttpProxy:
             if not self.engine.could_act(msg) and not head.upgrade:
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.traced import TracedPassthrough
-                    call = TracedPassthrough(self, exchange, msg, route, upstream_target)
+                    passthrough: Passthrough = TracedPassthrough(self, exchange, msg, route, upstream_target)
                 else:
-                    call = Passthrough(self, exchange, msg, route, upstream_target)
-                call.start()
+                    passthrough = Passthrough(self, exchange, msg, route, upstream_target)
+                call = passthrough
+                passthrough.start()
                 return
             call = Call(msg)
             inspection = Inspection(self, exchange, call, route, upstream_target)
@@ -506,6 +511,7 @@ class Deadlines:
         self.waiting.clear()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # adapters/traced.py's TracedPassthrough
 class Passthrough(Call):
     """A request no rule can act on (its own call): its head as written or re-serialised, body and response
     relayed as they arrive.
@@ -892,6 +898,9 @@ class ResponseReader:
         if not self.head.done():
             self.head.set_result(head)
 
+    def response_as_is(self, status: int) -> None:  # never: it is AS_IS_NEVER
+        raise AssertionError("a response read by a coroutine is never relayed as it came")
+
     def response_body(self, data: bytes) -> None:
         self.body.feed(data)
 
@@ -1006,9 +1015,9 @@ class Inspection:
         for attempt in (1, 2):
             reader = await self._send(request + (body or b""), prefix if streamed else None)
             deadlines.wait(reader)  # no head within --upstream-timeout: it fails with UpstreamTimeout
+            response: Head | None = None
             try:
                 response = await reader.head
-                break
             except UpstreamTimeout:
                 raise
             except UpstreamError:
@@ -1019,6 +1028,9 @@ class Inspection:
                 self.conn = None
             finally:
                 deadlines.done(reader)
+            if response is not None:
+                break
+        assert response is not None  # (the second try's failure is raised)
         await self._relay(msg, response, reader, llm)
 
     async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
@@ -1090,7 +1102,7 @@ class Inspection:
         inspect = per_message and (is_stream or is_text(content_type))
         if inspect and (encoding := (header(headers, b"content-encoding") or b"").decode("latin-1").strip().lower()):
             if encoding in ("gzip", "x-gzip", "deflate"):
-                chunks = _decoded(chunks, encoding)
+                chunks = streams.decoded(chunks, encoding)
                 headers, length = without(headers, b"content-encoding"), None
             elif encoding != "identity":
                 inspect = False
@@ -1114,9 +1126,9 @@ class Inspection:
                 if "Content-Type" in replaced:
                     headers = [*without(headers, b"content-type"),
                                (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
-                chunks, length = _once(payload), len(payload)
+                chunks, length = streams.once(payload), len(payload)
             else:
-                chunks = _then(read, chunks)
+                chunks = streams.then(read, chunks)
         ending = "eof"
         for action in actions:
             match action:
@@ -1188,8 +1200,8 @@ class Inspection:
             msg = self.call.msg
             self.engine.log.skip(rule=None, fault="truncate", transport=msg.transport, session=msg.session,
                                  path=msg.path, reason="fraction of a body that did not end: relayed whole")
-            return _then(b"".join(held), chunks), None
-        return _once(b"".join(held)), int(size * fraction)
+            return streams.then(b"".join(held), chunks), None
+        return streams.once(b"".join(held)), int(size * fraction)
 
     def _decide(self, msg: Message, *, messages: bool = True) -> list[Fired]:
         fired = self.engine.decide(msg, messages=messages)
@@ -1198,14 +1210,6 @@ class Inspection:
 
 
 FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its size for `truncate`
-
-
-class UpstreamUnreachable(UpstreamError):
-    """No connection to the upstream."""
-
-
-class UpstreamTimeout(UpstreamError, TimeoutError):
-    """The upstream took longer than --upstream-timeout to answer."""
 
 
 def start_span(engine: Engine, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
@@ -1279,39 +1283,6 @@ def _plain_call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -
     elif http_method == "POST" and (api := api_for_path(path)):
         line["api"], line["model"], line["turn"] = api, None, None
     return line
-
-
-async def _once(payload: bytes) -> AsyncIterator[bytes]:
-    yield payload
-
-
-async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    if first:
-        yield first
-    async for piece in rest:
-        yield piece
-
-
-async def _decoded(chunks: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
-    """A gzip or deflate body decoded as it arrives (so rules and the SSE splitter see plain text)."""
-    decoder = zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)
-    async for piece in chunks:
-        if plain := decoder.decompress(piece):
-            yield plain
-    if rest := decoder.flush():
-        yield rest
-
-
-def reset_transport(transport: asyncio.BaseTransport | None) -> None:
-    """Abort with RST (SO_LINGER 0) rather than a polite FIN, as a crashed server or middlebox would."""
-    import socket
-    import struct
-    if transport is None:
-        return
-    sock: socket.socket | None = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
 
 
 def is_text(content_type: str) -> bool:

@@ -19,6 +19,8 @@ import contextlib
 import logging
 import os
 import re
+import socket
+import struct
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -36,7 +38,7 @@ from yarl import URL
 
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
-from chaosproxy.adapters.http import RULE_BODY_LIMIT, SMALL_BODY, Exchange, is_text, log_call, reset_transport
+from chaosproxy.adapters.http import RULE_BODY_LIMIT, SMALL_BODY, Exchange, is_text, log_call
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
@@ -650,6 +652,16 @@ class _Events(_Stage):
         if end and not self.cut and (rest := self.splitter.rest()):
             out.append(rest)
         return out
+
+
+def reset_transport(transport: asyncio.BaseTransport | None) -> None:
+    """Abort with RST (SO_LINGER 0) rather than a polite FIN, as a crashed server or middlebox would."""
+    if transport is None:
+        return
+    sock: socket.socket | None = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()  # type: ignore[attr-defined]
 
 
 class _Wire:

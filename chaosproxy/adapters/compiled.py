@@ -1,0 +1,57 @@
+"""Which form of the HTTP/1.1 data plane runs: the modules mypyc compiled at install, or their sources.
+
+`pip install` compiles `h1` and `http` when it can (setup.py, which records each source's SHA-256 in
+compiled.json). The compiled modules run unless CHAOSPROXY_NO_EXTENSIONS is set or a source changed
+since it was compiled (an edited checkout; `pip install -e .` compiles it again). Otherwise the sources
+run, all of them: the compiled modules of one build call each other directly, so they cannot be mixed
+with sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+MODULES = ("h1", "http")
+NOT_COMPILED = "not compiled"
+
+
+def sources_reason(folder: Path = HERE) -> str | None:
+    """Why the sources in `folder` must run rather than their compiled forms (None: they need not)."""
+    if not any((folder / f"{name}{suffix}").exists()
+               for name in MODULES for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        return NOT_COMPILED
+    if os.environ.get("CHAOSPROXY_NO_EXTENSIONS"):
+        return "CHAOSPROXY_NO_EXTENSIONS is set"
+    try:
+        digests = json.loads((folder / "compiled.json").read_text())
+    except (OSError, ValueError):
+        return "compiled.json is missing"
+    for name in MODULES:
+        if digests.get(name) != hashlib.sha256((folder / f"{name}.py").read_bytes()).hexdigest():
+            return f"{name}.py changed since it was compiled"
+    return None
+
+
+class _Sources:
+    """An import finder ahead of the others: the data plane's modules from their .py files."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        package, _, module = name.rpartition(".")
+        if package != __package__ or module not in MODULES:
+            return None
+        return importlib.util.spec_from_file_location(name, HERE / f"{module}.py")
+
+
+REASON = sources_reason()
+FORM = "compiled (mypyc)" if REASON is None else f"Python ({REASON})"
+
+if REASON is not None and REASON != NOT_COMPILED:
+    sys.meta_path.insert(0, _Sources())  # type: ignore[arg-type]
