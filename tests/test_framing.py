@@ -635,3 +635,25 @@ def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, sc
         client.send(get("/x"))
         assert client.response()[:3:2] == (200, b"ok")
     assert [call["outcome"] for call in proxy.events("call")] == ["ok", "upstream_timeout", "ok"]
+
+
+def test_an_inspected_call_whose_reply_no_rule_can_act_on_gets_the_reply_as_written(make_proxy, scripted):
+    """A rule on requests only (a delay for one tool): the request is read and decided on, then the
+    pass-through takes the call, so the reply reaches the agent as the upstream wrote it (order and
+    case kept; re-serialised, the framing would come last), and the call line names the fault."""
+    reply = b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'
+    answer = b"HTTP/1.1 200 OK\r\nx-b: 1\r\ncontent-length: %d\r\nContent-Type: application/json\r\n\r\n%b" % (
+        len(reply), reply)
+    requests: list[bytes] = []
+    upstream = scripted(_capture(requests, answer))
+    proxy = make_proxy(rule("slow", {"type": "latency", "delay_ms": 1}, match={"tool": "search"}), to=upstream.url)
+    call = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search","arguments":{}}}'
+    with RawClient(proxy.url) as client:
+        for _ in range(2):  # and the connection stays in step
+            client.send(b"POST /mcp HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%b" % (len(call), call))
+            assert _recv_exactly(client, len(answer)) == answer
+    calls = proxy.events("call")
+    assert [(c["status"], c["faults"], c["tool"], c["rpc_id"], c["bytes_out"]) for c in calls] == \
+        [(200, ["slow"], "search", 7, len(reply))] * 2
+    assert len(requests) == 2 and all(request.endswith(call) for request in requests)

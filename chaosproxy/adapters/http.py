@@ -915,7 +915,9 @@ class ResponseReader:
 
 
 class Inspection:
-    """A request some rule may act on: read what rules need, decide, carry the actions out."""
+    """A request some rule may act on: read what rules need, decide, carry the actions out. When no
+    rule can act on its response, a Passthrough takes the call over once the request is decided
+    (`_hand_over`): the response is relayed by callbacks, as the upstream wrote it when it may."""
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
         self.proxy = proxy
@@ -927,6 +929,7 @@ class Inspection:
         self.relay = route.relay_for(call.msg.path or "/")
         self.conn: UpstreamConnection | None = None
         self.reader: ResponseReader | None = None
+        self.handed_over = False
 
     async def run(self) -> None:
         exchange, call = self.exchange, self.call
@@ -945,7 +948,8 @@ class Inspection:
         finally:
             if self.conn is not None and self.reader is not None:
                 self.conn.discard(self.reader)
-            call.finish(self.engine)
+            if not self.handed_over:  # (else the Passthrough logs it)
+                call.finish(self.engine)
 
     async def _run(self) -> None:
         engine, exchange, call, msg = self.engine, self.exchange, self.call, self.call.msg
@@ -967,6 +971,7 @@ class Inspection:
             if body is not None and msg.body is not body:
                 body = msg.body
         headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
+        rewritten = False
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
@@ -991,6 +996,11 @@ class Inspection:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 headers = _mirror_rpc_headers(headers, msg)
+                rewritten = True
+        if llm is None and not head.upgrade and not engine.active(Phase.RESPONSE) and not rewritten and \
+                (body is not None or not head.has_body):
+            self._hand_over(body)
+            return
         if llm is not None:
             original = msg.body
             llm.faults = call.faults
@@ -1032,6 +1042,17 @@ class Inspection:
                 break
         assert response is not None  # (the second try's failure is raised)
         await self._relay(msg, response, reader, llm)
+
+    def _hand_over(self, body: bytes | None) -> None:
+        """No rule can act on the response: a Passthrough takes the call, its request sent as decided
+        here (the body read, the span's context in it), its response relayed by callbacks."""
+        call = self.call
+        passthrough = Passthrough(self.proxy, self.exchange, call.msg, self.route, self.target)
+        passthrough.started, passthrough.faults = call.started, call.faults
+        passthrough.upstream_headers = call.upstream_headers
+        passthrough.body, passthrough.keep_body = body, None
+        self.handed_over = True
+        passthrough.start()
 
     async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
         """Send the request upstream; a body too large to hold follows as it arrives."""
