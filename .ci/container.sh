@@ -13,8 +13,8 @@
 # 4. the image runs (podman run with host networking, or `buildah run --isolation=chroot` where no OCI
 #    runtime works), against a static file served on 127.0.0.1: `chaosproxy --version` (which must say the
 #    data plane is compiled), a non-root user, a passthrough request with explicit flags; then configured
-#    by environment alone (CHAOSPROXY_*), with a mounted scenario that must fire, and the image's HEALTHCHECK; each time `podman stop` (SIGTERM) must
-#    stop it with exit 0 and a flushed perturbation log.
+#    by environment alone (CHAOSPROXY_*), with a mounted scenario that must fire, and the image's
+#    HEALTHCHECK; each time `podman stop` (SIGTERM) must stop it with exit 0 and a flushed perturbation log.
 #
 # Knobs: CHAOSPROXY_CI_CACHE, CHAOSPROXY_CI_BASE_MAX_AGE_DAYS, CHAOSPROXY_CI_REFRESH_BASE=1 (rebuild the base),
 # CHAOSPROXY_CI_RUNNER=podman|buildah (skip the probe), CHAOSPROXY_CI_STORAGE=vfs, CHAOSPROXY_CI_IMAGE,
