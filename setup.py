@@ -9,6 +9,7 @@ the same code as Python. Which form runs, and why, is `chaosproxy --version`'s t
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -20,12 +21,16 @@ COMPILED = ("h1", "http")
 def extensions() -> list:
     if os.environ.get("CHAOSPROXY_NO_EXTENSIONS"):
         return []
-    from mypyc.build import mypycify
+    try:
+        from mypyc.build import mypycify
 
-    # Third-party modules need not be installed where this runs: to mypyc they are then Any.
-    modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent",
-                        *(str(ADAPTERS / f"{name}.py") for name in COMPILED)],
-                       opt_level="3", group_name="chaosproxy_dataplane")
+        # Third-party modules need not be installed where this runs: to mypyc they are then Any.
+        modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent",
+                            *(str(ADAPTERS / f"{name}.py") for name in COMPILED)],
+                           opt_level="3", group_name="chaosproxy_dataplane")
+    except (Exception, SystemExit) as exc:  # no mypy here, or one that will not compile them
+        print(f"chaosproxy: the HTTP data plane stays Python: mypyc: {exc!r}", file=sys.stderr)
+        return []
     for module in modules:
         module.optional = True  # no C compiler: the package stays pure Python
     # what was compiled, so that an edited source runs as itself rather than as its stale compiled form

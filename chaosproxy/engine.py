@@ -192,6 +192,22 @@ class Engine:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
 
+    def could_act_on_reply(self, request: Message) -> bool:
+        """False when no rule could act on the response to `request` (an HTTP request whose body was
+        read) and the engine has nothing to learn from it: the adapter may then relay it untouched.
+        Judged by the JSON-RPC method it answers, as rules on messages name the methods whose messages
+        they change (`Fault.methods`), bar content faults, which also change a reply that is not
+        JSON-RPC; a tool list is always read (the output schemas faults keep to)."""
+        if not self.active(Phase.RESPONSE):
+            return False
+        if self._by_kind[Phase.RESPONSE, False]:  # a rule on the whole HTTP response
+            return True
+        method = request.method if request.rpc is not None else None
+        if method is None or method == "tools/list":
+            return True
+        return any(rule.rule.enabled and (rule.methods is None or method in rule.methods or rule.on_plain_bodies)
+                   for rule in self._by_kind[Phase.RESPONSE, True])
+
     def could_act(self, msg: Message) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request
         head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""

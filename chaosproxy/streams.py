@@ -1,4 +1,4 @@
-"""Async chunk-stream helpers shared by adapters: SSE event framing and body shaping.
+"""Async chunk-stream helpers shared by adapters: reading and decoding bodies, SSE event framing, body shaping.
 
 Every helper yields chunks as soon as they are available: nothing here waits for a whole body.
 """

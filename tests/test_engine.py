@@ -157,3 +157,26 @@ def test_every_fired_fault_is_logged_once_with_its_fields():
         assert (line["event"], line["rule"], line["component"], line["level"]) == \
             ("fault", "slow", "transition", "transport")
     assert [line["match_index"] for line in lines] == [2, 4, 6]
+
+
+def _request(body: bytes | None) -> Message:
+    return Message("http", Phase.REQUEST, session="s", http_method="POST", path="/mcp", body=body)
+
+
+CALL = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{}}}'
+LIST = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+READ = b'{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///a"}}'
+
+
+@pytest.mark.parametrize("fault,body,could", [
+    ({"type": "latency", "delay_ms": 1}, CALL, False),  # no rule on responses
+    ({"type": "rename_tool", "tool": "add", "to": "plus"}, CALL, False),  # it changes tool lists only
+    ({"type": "rename_tool", "tool": "add", "to": "plus"}, LIST, True),
+    ({"type": "rename_tool", "tool": "add", "to": "plus"}, b'{"query": "rest"}', True),  # not JSON-RPC
+    ({"type": "error_in_success"}, CALL, True),  # it changes tool results
+    ({"type": "typos"}, READ, True),  # a content fault: also a reply that is not JSON-RPC
+    ({"type": "latency", "delay_ms": 1, "at": "response"}, CALL, True),  # a rule on the whole response
+])
+def test_a_reply_is_read_only_where_a_rule_could_act_on_it(fault, body, could):
+    engine, _ = engine_for([{"name": "r", "fault": fault}])
+    assert engine.could_act_on_reply(_request(body)) is could

@@ -657,3 +657,40 @@ def test_an_inspected_call_whose_reply_no_rule_can_act_on_gets_the_reply_as_writ
     assert [(c["status"], c["faults"], c["tool"], c["rpc_id"], c["bytes_out"]) for c in calls] == \
         [(200, ["slow"], "search", 7, len(reply))] * 2
     assert len(requests) == 2 and all(request.endswith(call) for request in requests)
+
+
+def test_with_a_rule_on_tool_lists_a_tool_call_s_reply_goes_as_written_and_the_list_is_still_rewritten(
+        make_proxy, scripted):
+    """rename_tool changes tools/list replies only: a tools/call's reply goes to the agent as the
+    upstream wrote it (the call itself routed back to the real name), the tool list is rewritten."""
+    listing = b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"add","inputSchema":{"type":"object"}}]}}'
+    result = b'{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"3"}]}}'
+
+    def answer(body: bytes) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nx-b: 1\r\ncontent-length: %d\r\nContent-Type: application/json\r\n\r\n%b" % (
+            len(body), body)
+
+    requests: list[bytes] = []
+
+    async def script(reader, writer):
+        while True:
+            head, body = await read_request(reader)
+            requests.append(body)
+            writer.write(answer(listing if b"tools/list" in body else result))
+            await writer.drain()
+
+    upstream = scripted(script)
+    proxy = make_proxy(rule("rename", {"type": "rename_tool", "tool": "add", "to": "plus"}), to=upstream.url)
+
+    def post(client: RawClient, body: bytes) -> None:
+        client.send(b"POST /mcp HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+
+    with RawClient(proxy.url) as client:
+        post(client, b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+        status, _, listed = client.response()
+        assert status == 200 and json.loads(listed)["result"]["tools"][0]["name"] == "plus"
+        post(client, b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"plus","arguments":{}}}')
+        assert _recv_exactly(client, len(answer(result))) == answer(result)
+    assert json.loads(requests[1])["params"]["name"] == "add"
+    assert [(call["tool"], call["faults"]) for call in proxy.events("call")] == [(None, ["rename"]), ("add", ["rename"])]

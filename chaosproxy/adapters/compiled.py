@@ -10,12 +10,15 @@ with sources.
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).parent
 MODULES = ("h1", "http")
@@ -24,9 +27,12 @@ NOT_COMPILED = "not compiled"
 
 def sources_reason(folder: Path = HERE) -> str | None:
     """Why the sources in `folder` must run rather than their compiled forms (None: they need not)."""
-    if not any((folder / f"{name}{suffix}").exists()
-               for name in MODULES for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+    built = [any((folder / f"{name}{suffix}").exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+             for name in MODULES]
+    if not any(built):
         return NOT_COMPILED
+    if not all(built):
+        return "only some of its modules were compiled"
     if os.environ.get("CHAOSPROXY_NO_EXTENSIONS"):
         return "CHAOSPROXY_NO_EXTENSIONS is set"
     try:
@@ -39,19 +45,19 @@ def sources_reason(folder: Path = HERE) -> str | None:
     return None
 
 
-class _Sources:
+class _Sources(importlib.abc.MetaPathFinder):
     """An import finder ahead of the others: the data plane's modules from their .py files."""
 
-    @staticmethod
-    def find_spec(name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        package, _, module = name.rpartition(".")
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:
+        package, _, module = fullname.rpartition(".")
         if package != __package__ or module not in MODULES:
             return None
-        return importlib.util.spec_from_file_location(name, HERE / f"{module}.py")
+        return importlib.util.spec_from_file_location(fullname, HERE / f"{module}.py")
 
 
 REASON = sources_reason()
 FORM = "compiled (mypyc)" if REASON is None else f"Python ({REASON})"
 
 if REASON is not None and REASON != NOT_COMPILED:
-    sys.meta_path.insert(0, _Sources())  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _Sources())

@@ -155,7 +155,8 @@ class Route:
         self.name = self.prefix.lstrip("/") or "default"
         self.upstream = str(url).rstrip("/")
         self.base_path = url.raw_path.rstrip("/").encode()
-        self.host_header = (url.raw_host or "").encode() + (b":%d" % url.port if url.port is not None and not url.is_default_port() else b"")
+        port = b":%d" % url.port if url.port is not None and not url.is_default_port() else b""
+        self.host_header = (url.raw_host or "").encode() + port
         context = ssl.create_default_context() if url.scheme == "https" else None
         self.pool = UpstreamPool(url.raw_host or "127.0.0.1", url.port or 80, connect_timeout=timeout, tls=context)
         self.relay: BodyRelay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
@@ -520,7 +521,7 @@ class Passthrough(Call):
     """
 
     __slots__ = ("proxy", "exchange", "route", "target", "conn", "replay", "retried", "keep_body", "events",
-                 "length", "body", "as_is")
+                 "length", "body", "headers", "as_is")
 
     def __init__(self, proxy: HttpProxy, exchange: ClientExchange, msg: Message, route: Route, target: bytes) -> None:
         super().__init__(msg)
@@ -535,6 +536,7 @@ class Passthrough(Call):
         self.events: Body | None = None  # a GET event stream's body, relayed event by event
         self.length: int | None = None  # the response body's Content-Length
         self.body: bytes | None = None  # the whole body, when it goes with the head (a traced call, or as written)
+        self.headers: Headers | None = None  # the headers sent upstream, when an Inspection decided them
         self.as_is = AS_IS_NEVER  # set when the request is sent
 
     def start(self) -> None:
@@ -579,11 +581,12 @@ class Passthrough(Call):
         if head.version == "1.1" and not exchange.close_after and not exchange.no_body and \
                 not (head.expect_continue and not exchange.body.done):
             self.as_is = AS_IS_NO_EVENTS if head.method == "GET" else AS_IS
-        body = self.body
-        if body is None and self._send_as_written():
+        body, headers = self.body, self.headers
+        if body is None and headers is None and self._send_as_written():
             return
         framing = body_framing(head.length, head.chunked) if body is None else body_framing(len(body), False)
-        headers = self.route.request_head(head, self, body_read=body is not None)
+        if headers is None:
+            headers = self.route.request_head(head, self, body_read=body is not None)
         data = serialize_head(first_line(head.method, self.target), headers, framing)
         self._write(data if body is None else data + body)
         self.proxy.deadlines.wait(self)  # kept from a first try when this is the retry
@@ -971,7 +974,6 @@ class Inspection:
             if body is not None and msg.body is not body:
                 body = msg.body
         headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
-        rewritten = False
         if engine.active(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
@@ -996,10 +998,11 @@ class Inspection:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 headers = _mirror_rpc_headers(headers, msg)
-                rewritten = True
-        if llm is None and not head.upgrade and not engine.active(Phase.RESPONSE) and not rewritten and \
-                (body is not None or not head.has_body):
-            self._hand_over(body)
+        if msg.body is not None and self.relay.watching:
+            self.relay.expect(msg)
+        if llm is None and not head.upgrade and (body is not None or not head.has_body) and \
+                not engine.could_act_on_reply(msg):
+            self._hand_over(body, headers)
             return
         if llm is not None:
             original = msg.body
@@ -1008,8 +1011,6 @@ class Inspection:
             llm.rewrite_request()
             if msg.body is not original:
                 body = msg.body
-        if msg.body is not None and self.relay.watching:
-            self.relay.expect(msg)
         if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching):
             # rules read response bodies: ask for them plain
             headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
@@ -1043,14 +1044,14 @@ class Inspection:
         assert response is not None  # (the second try's failure is raised)
         await self._relay(msg, response, reader, llm)
 
-    def _hand_over(self, body: bytes | None) -> None:
+    def _hand_over(self, body: bytes | None, headers: Headers) -> None:
         """No rule can act on the response: a Passthrough takes the call, its request sent as decided
-        here (the body read, the span's context in it), its response relayed by callbacks."""
+        here (`body` as read or rewritten, `headers` with the span's context), its response relayed by
+        callbacks."""
         call = self.call
         passthrough = Passthrough(self.proxy, self.exchange, call.msg, self.route, self.target)
         passthrough.started, passthrough.faults = call.started, call.faults
-        passthrough.upstream_headers = call.upstream_headers
-        passthrough.body, passthrough.keep_body = body, None
+        passthrough.body, passthrough.headers, passthrough.keep_body = body, headers, None
         self.handed_over = True
         passthrough.start()
 
