@@ -198,15 +198,16 @@ class Engine:
         Judged by the JSON-RPC method it answers, as rules on messages name the methods whose messages
         they change (`Fault.methods`), bar content faults, which also change a reply that is not
         JSON-RPC; a tool list is always read (the output schemas faults keep to)."""
-        if not self.active(Phase.RESPONSE):
-            return False
+        on_messages = self._by_kind[Phase.RESPONSE, True]
         if self._by_kind[Phase.RESPONSE, False]:  # a rule on the whole HTTP response
             return True
+        if not on_messages:
+            return False
         method = request.method if request.rpc is not None else None
         if method is None or method == "tools/list":
             return True
         return any(rule.rule.enabled and (rule.methods is None or method in rule.methods or rule.on_plain_bodies)
-                   for rule in self._by_kind[Phase.RESPONSE, True])
+                   for rule in on_messages)
 
     def could_act(self, msg: Message) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request
