@@ -32,14 +32,35 @@ async def then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]
         yield piece
 
 
+DECODED_PIECE = 1 << 20  # a decoded piece is at most this large, however well the upstream's bytes compress
+
+
+def _decoder(encoding: str) -> zlib._Decompress:
+    return zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)  # gzip (or zlib) / zlib-wrapped deflate
+
+
 async def decoded(chunks: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
-    """A gzip or deflate body decoded as it arrives (so rules and the SSE splitter see plain text)."""
-    decoder = zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)
+    """A gzip or deflate body decoded as it arrives (so rules and the SSE splitter see plain text), in
+    pieces of at most DECODED_PIECE bytes: a small compressed piece cannot make a huge plain one."""
+    decoder = _decoder(encoding)
     async for piece in chunks:
-        if plain := decoder.decompress(piece):
-            yield plain
+        while piece:
+            if plain := decoder.decompress(piece, DECODED_PIECE):
+                yield plain
+            piece = decoder.unconsumed_tail
     if rest := decoder.flush():
         yield rest
+
+
+def decode_whole(data: bytes, encoding: str, limit: int) -> bytes | None:
+    """A whole gzip or deflate body decoded, or None when it is corrupt, unfinished, or decodes to
+    more than `limit` bytes (it is then relayed as it came, not read by rules)."""
+    decoder = _decoder(encoding)
+    try:
+        plain = decoder.decompress(data, limit + 1)
+    except zlib.error:
+        return None
+    return plain if len(plain) <= limit and decoder.eof and not decoder.unconsumed_tail else None
 
 
 async def limit(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:

@@ -157,6 +157,22 @@ def as_written(piece: bytes, headers: Headers, events: bool) -> bytes | None:
     return without_keep_alive(piece, keep_alive_lines) if keep_alive_lines else piece
 
 
+UNKNOWN_LEFT = -(1 << 62)  # UpstreamConnection._left of a body whose size is not known (chunked)
+_LAST_CHUNK = re.compile(rb"(?:^|\r\n)0+(?:;[^\r\n]*)?\r\n(?:[^\r\n]+\r\n)*\r\n")
+
+
+def content_length(headers: Headers) -> int:
+    """A response's Content-Length (-1 when it has none, or is chunked)."""
+    length = -1
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"transfer-encoding":
+            return -1
+        if lower == b"content-length" and value.strip().isdigit():
+            length = int(value)
+    return length
+
+
 def keeps_alive(lower: bytes, value: bytes) -> bool:
     """Whether a header (its name in lower case) only says the connection it came on is kept alive."""
     return lower == b"keep-alive" or (lower == b"connection" and value.strip().lower() == b"keep-alive")
@@ -540,6 +556,15 @@ class _Wire(asyncio.Protocol):
         if self._out is not None:
             self._out.clear()
 
+    def unwrite(self, size: int) -> None:
+        """Drop the last `size` bytes written since `cork`: they must not go out."""
+        out = self._out
+        while out and size > 0:
+            last = out.pop()
+            if len(last) > size:
+                out.append(last[:len(last) - size])
+            size -= len(last)
+
 
 class ClientConnection(_Wire):
     """One agent connection: parses requests, hands them to the handler one at a time, in order."""
@@ -796,6 +821,7 @@ class UpstreamConnection(_Wire):
         # arrive, parsed on the side only for its end and size (`body_bytes`).
         self.as_is = False
         self.body_bytes = 0
+        self._left = UNKNOWN_LEFT  # of a response relayed as it came: its body bytes not read yet (see _stray)
         self._ended = False  # a response relayed as it came ended in the piece being read (see on_message_complete)
         self._piece = self._head_piece = None
 
@@ -847,15 +873,25 @@ class UpstreamConnection(_Wire):
             client.cork()
             if self.as_is:
                 client.write(data)
+                if self._left != UNKNOWN_LEFT:
+                    self._left -= len(data)
         self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
             if self._ended:
                 self._ended = False
+                if client is not None and not data.endswith(b"0\r\n\r\n") and (stray := self._stray(data)):
+                    client.unwrite(stray)  # blank lines after the response, which the parser skips
                 self._complete(self._trailers or [])
         except httptools.HttpParserUpgrade as exc:
             self._to_tunnel(data[exc.args[0]:])
         except httptools.HttpParserError as exc:
+            if self._ended and client is not None and (stray := self._stray(data)) is not None:
+                self._ended = False  # the response is whole: it goes, the rest does not, nor the connection
+                client.unwrite(stray)
+                self._keep_alive = False
+                self._complete(self._trailers or [])
+                return
             error = UpstreamError(f"malformed response from upstream: {exc}")
             if self._ended:  # the rest of the piece, relayed with the response, is another: none of it goes
                 self._ended = False
@@ -868,6 +904,15 @@ class UpstreamConnection(_Wire):
             self._piece = self._head_piece = None
             if client is not None:
                 client.uncork()
+
+    def _stray(self, data: bytes) -> int | None:
+        """How many bytes at the end of `data`, whose beginning ended a response relayed as it came,
+        are not that response's (None if that cannot be told). Exact for a Content-Length body; a
+        chunked one ends at the first last-chunk and trailers in `data`."""
+        if self._left != UNKNOWN_LEFT:
+            return max(-self._left, 0)
+        end = _LAST_CHUNK.search(data)
+        return len(data) - end.end() if end is not None else None
 
     def _to_tunnel(self, data: bytes) -> None:
         if self.tunnel is not None:
@@ -940,6 +985,9 @@ class UpstreamConnection(_Wire):
                 (relayed := as_written(piece, self._headers, sink.as_is == AS_IS)) is not None:
             self.as_is = self.in_body = self._keep_alive = True
             self._trailers = []
+            length = 0 if status in NO_BODY_STATUSES else content_length(self._headers)
+            # what is left of the body after this piece (negative: the piece holds more than the response)
+            self._left = UNKNOWN_LEFT if length < 0 else length - (len(piece) - piece.find(b"\r\n\r\n") - 4)
             self.client.write(relayed)  # the head and what came of the body with it; the rest as it comes
             sink.response_as_is(status)
             return

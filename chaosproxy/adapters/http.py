@@ -664,7 +664,8 @@ class Passthrough(Call):
         self.status = head.status
         headers = head.forward
         if self.exchange.head.method == "GET" and head.status == 200 and \
-                b"text/event-stream" in (header(headers, b"content-type") or b""):
+                b"text/event-stream" in (header(headers, b"content-type") or b"") and \
+                header(headers, b"content-encoding") in (None, b"identity"):
             self._relay_events(headers)  # a legacy endpoint event may need pointing back through the proxy
             return
         self.length = head.length
@@ -1122,32 +1123,25 @@ class Inspection:
         per_message = engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
         chunks: AsyncIterator[bytes] = reader.body.chunks()
         inspect = per_message and (is_stream or is_text(content_type))
-        if inspect and (encoding := (header(headers, b"content-encoding") or b"").decode("latin-1").strip().lower()):
-            if encoding in ("gzip", "x-gzip", "deflate"):
-                chunks = streams.decoded(chunks, encoding)
-                headers, length = without(headers, b"content-encoding"), None
-            elif encoding != "identity":
-                inspect = False
-                engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
-                                reason=f"response body is {encoding}-encoded: rules cannot read it")
-        view = HeaderView(headers)
+        encoding = (header(headers, b"content-encoding") or b"identity").decode("latin-1").strip().lower()
+        if inspect and encoding not in DECODABLE:
+            inspect = False
+            engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                            reason=f"response body is {encoding}-encoded: rules cannot read it")
+        elif inspect and is_stream and encoding != "identity":  # decoded as it arrives, relayed decoded
+            chunks = streams.decoded(chunks, encoding)
+            headers, length, encoding = without(headers, b"content-encoding"), None, "identity"
         payload: bytes | None = None
         if is_stream and llm is not None:
             if inspect:
-                chunks, length = llm.relay_events(chunks, view), None
-        elif is_stream and (inspect or msg.http_method == "GET"):
+                chunks, length = llm.relay_events(chunks, HeaderView(headers)), None
+        elif is_stream and (inspect or (msg.http_method == "GET" and encoding == "identity")):
             chunks = relay.relay_events(chunks, msg, call.faults, self.proxy.max_message_bytes)
             length = None
         elif inspect and not is_stream and (length is None or length <= self.proxy.max_message_bytes):
-            read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes) if length is None \
-                else (b"".join([piece async for piece in chunks]), True)
+            read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes)
             if whole:
-                replaced: dict[str, str] = {}
-                payload = llm.relay_body(read, response.status, view) if llm is not None \
-                    else relay.relay_body(read, msg, view, replaced, call.faults)
-                if "Content-Type" in replaced:
-                    headers = [*without(headers, b"content-type"),
-                               (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
+                payload, headers = self._relay_whole(read, encoding, response.status, headers, llm)
                 chunks, length = streams.once(payload), len(payload)
             else:
                 chunks = streams.then(read, chunks)
@@ -1202,6 +1196,30 @@ class Inspection:
                 call.outcome = "stream_idle"
                 await asyncio.Event().wait()  # until the client goes away
 
+    def _relay_whole(self, raw: bytes, encoding: str, status: int, headers: Headers,
+                     llm: LlmExchange | None) -> tuple[bytes, Headers]:
+        """A whole reply body (`raw`, as the upstream encoded it) decided on: the body and headers the
+        agent gets. An encoded body is read decoded; unless a fault changed it, it goes as it came."""
+        msg = self.call.msg
+        plain = raw if encoding == "identity" else streams.decode_whole(raw, encoding, self.proxy.max_message_bytes)
+        if plain is None:
+            self.engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                                 reason=f"response body is not {encoding} of at most "
+                                        f"{self.proxy.max_message_bytes} bytes: rules cannot read it")
+            return raw, headers
+        sent = headers
+        if plain is not raw:
+            headers = without(headers, b"content-encoding")
+        replaced: dict[str, str] = {}
+        view = HeaderView(headers)
+        payload = llm.relay_body(plain, status, view) if llm is not None \
+            else self.relay.relay_body(plain, msg, view, replaced, self.call.faults)
+        if "Content-Type" in replaced:
+            headers = [*without(headers, b"content-type"), (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
+        elif plain is not raw and payload == plain:  # nothing changed it: the agent gets what was sent
+            return raw, sent
+        return payload, headers
+
     async def _fraction(self, chunks: AsyncIterator[bytes], length: int | None, fraction: float, response: Head,
                         headers: Headers) -> tuple[AsyncIterator[bytes], int | None]:
         """How many bytes `fraction` of the body is. A body of unknown length is held (headers sent
@@ -1231,6 +1249,7 @@ class Inspection:
         return fired
 
 
+DECODABLE = frozenset({"identity", "gzip", "x-gzip", "deflate"})  # bodies rules can read (decoded if need be)
 FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its size for `truncate`
 
 
