@@ -15,11 +15,12 @@ class Delay:
 
 @dataclass(frozen=True, slots=True)
 class Respond:
-    """Answer the agent with this instead of calling upstream."""
+    """Answer the agent with this instead of calling upstream (`effect`: what it says, for the log line)."""
 
     status: int
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    effect: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +72,13 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Rewrite:
-    """Pass the JSON-RPC message on, changed to `message` (later rules see the changed message)."""
+    """Pass the JSON-RPC message on, changed to `message` (later rules see the changed message).
+
+    `effect` says what changed, for the fault's log line: names, counts, positions, small and bounded
+    (the message itself may be large, and may hold what the agent or the user wrote)."""
 
     message: dict[str, Any]
+    effect: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,6 +438,8 @@ class Engine:
                   if not isinstance(value := getattr(action, f.name), bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
+        if isinstance(action, Rewrite | Respond):
+            effect |= action.effect  # what the fault says it did
         if msg.api is not None:
             extra.update(api=msg.api, model=msg.model, turn=msg.turn)
         perturbed = _payload(action)
