@@ -152,11 +152,11 @@ def test_rate_limit_retried_after_retry_after(llm: ScriptedLlm, make_proxy: Any)
     assert [c["status"] for c in calls] == [429, 200]
     fault = proxy.events("fault")[0]
     assert (fault["fault"], fault["api"], fault["model"]) == ("llm_error", "openai-chat", MODEL)
-    # the report sees two turns to the model API, not two tool calls, and the SDK's retry as a recovery
+    # the report sees two turns to the model API, not two tool calls, and the SDK's retry got through
     b = build_report(proxy.log_path).behaviour
     assert (b.tool_calls, b.model_calls, b.disrupted_model_calls) == (0, 2, 1)
-    assert (b.recovery.incidents, b.recovery.retried, b.recovery.recovered) == (1, 1, 1)
-    assert b.recovery_by_component["transition"].recovered == 1
+    assert (b.recovery.incidents, b.recovery.retried, b.recovery.got_through) == (1, 1, 1)
+    assert b.recovery_by_component["transition"].got_through == 1
     [session] = read_sessions(proxy.log_path)
     assert [call.label for call in session.calls] == [f"openai-chat {MODEL}"] * 2
 

@@ -1,10 +1,20 @@
 """What the agent did about the faults, read from the call log.
 
-An incident starts at a tool call a fault disrupted (the agent got an error, a stand-in, a broken
-exchange or nothing instead of the real answer). Every later call of the same tool by the agent (in
-any of its sessions: one run of a log is one agent) belongs to it until one gets through undisrupted: then the agent recovered, and the time to
-recovery runs from the end of the disrupted call to the end of the good one. An incident with no
-later call of the tool means the agent gave up on it (or on the task).
+An incident is a tool call (or a turn to the model API) that a fault disrupted: the agent got an
+error, a stand-in, a broken exchange or nothing instead of the real answer, or the call failed
+because of what the fault did (see logfile.Call.disrupted). Then, per incident:
+
+- retried: the agent made the same call again as its very next one (a tool call: the same tool; a
+  turn to the model: the same turn), and repeating that call is not simply what it does anyway: an
+  agent that also calls a tool straight after a call of it that got through (a loop over cities, a
+  poll) shows no retries of that tool, as its repeats are no reaction to the failure. The log holds no
+  arguments, so this errs on the side of counting too few retries, never too many.
+- got through on a retry: one of its repeats was answered undisrupted; the time runs from the end of
+  the disrupted call to the end of the one that got through.
+- recovered: the run reached its goal (a drill's verdict: passed) after the fault. A log alone says
+  nothing of the goal: recovery is then not known (None).
+
+Incidents follow the agent across the sessions of its run (a retrying agent reconnects).
 
 A call to a tool that does not exist is a call upstream or the proxy cannot serve by that name: a
 name an `unknown_tool` fault misspelt, or a made-up tool (`tool_flood`, `distractor_tool`) the agent
@@ -18,6 +28,7 @@ import collections
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from chaosproxy.report.logfile import Call, Session
 
@@ -28,51 +39,76 @@ ATTEMPT_STEPS = frozenset({"initialize", "notifications/initialized", "server/di
 
 @dataclass(slots=True)
 class Incident:
-    """One tool's trouble in a session, from the disrupted call to the first that got through."""
+    """One call a fault disrupted, and what the agent did next."""
 
-    component: str  # of the fault that disrupted the first call
+    component: str  # of the fault that disrupted the call
     started: float
-    retries: int = 0
-    recovered_at: float | None = None
+    reached_goal: bool | None  # its run's verdict, when known
+    retries: int = 0  # repeats of the call until one got through (or the run ended)
+    retried: bool = False
+    got_through_at: float | None = None
 
     @property
-    def time_to_recovery_ms(self) -> float | None:
-        return None if self.recovered_at is None else (self.recovered_at - self.started) * 1000
+    def time_to_get_through_ms(self) -> float | None:
+        return None if self.got_through_at is None else (self.got_through_at - self.started) * 1000
 
 
 def incidents(sessions: Iterable[Session]) -> list[Incident]:
-    """The incidents of one agent, whose calls may span several sessions (a retrying agent reconnects).
+    """The incidents of one agent (one run), whose calls may span several sessions.
 
-    A disrupted call that is not a tool call (a 429 on `initialize`, a lost session) while a tool's
-    incident is open is a retry blocked before its tools/call: it counts as a retry of the incident
-    opened last, which it most likely was.
+    A disrupted call that is not a tool call (a 429 on `initialize`, a lost session) while an
+    incident is open is a repeat blocked before its tools/call: it is a try of the incident opened
+    last, which it most likely was.
     """
-    calls = sorted(((call, tool) for session in sessions for call, tool in _tool_marked(session)),
-                   key=lambda pair: pair[0].ts)
+    sessions = list(sessions)
+    goal = next((s.reached_goal for s in sessions if s.reached_goal is not None), None)
+    marked = sorted(((call, step) for session in sessions for call, step in _steps(session)),
+                    key=lambda pair: pair[0].ts)
     found: list[Incident] = []
-    open_incidents: dict[str, Incident] = {}
-    for call, is_tool_call in calls:
-        if not is_tool_call:
+    for kind in ("tool", "model"):
+        found += _incidents_of(kind, [(call, step == kind) for call, step in marked if step in (kind, None)], goal)
+    return sorted(found, key=lambda incident: incident.started)
+
+
+def _incidents_of(kind: str, calls: list[tuple[Call, bool]], goal: bool | None) -> list[Incident]:
+    """The incidents among one kind of step (tool calls, or turns to the model API), in time order;
+    `calls` marks each as such a step, or as an attempt step (initialize, tools/list) between them."""
+    steps = [call for call, is_step in calls if is_step]
+    routine = {call.identity for call, after in zip(steps, steps[1:]) if not call.disrupted
+               and after.identity == call.identity}
+    found: list[Incident] = []
+    open_incidents: dict[tuple[Any, ...], Incident] = {}
+    previous: Incident | None = None  # the incident the agent's previous step opened, if it did
+    for call, is_step in calls:
+        if not is_step:
             if call.disrupted and call.method in ATTEMPT_STEPS and open_incidents:
-                max(open_incidents.values(), key=lambda incident: incident.started).retries += 1
+                latest = max(open_incidents.values(), key=lambda incident: incident.started)
+                latest.retries += 1
+                latest.retried |= latest is previous  # reconnecting at once to call it again
             continue
-        incident = open_incidents.get(call.label)
+        incident = open_incidents.get(call.identity)
         if incident is not None:
             incident.retries += 1
+            incident.retried |= incident is previous
             if not call.disrupted:
-                incident.recovered_at = call.ts
-                del open_incidents[call.label]
-        elif call.disrupted and call.faults:
+                if incident.retried:
+                    incident.got_through_at = call.ts
+                del open_incidents[call.identity]
+            previous = incident if call.disrupted else None
+        elif call.disrupted:
             cause = next((fault for fault in call.faults if fault.disruptive), call.faults[0])
-            open_incidents[call.label] = Incident(cause.component, call.ts)
-            found.append(open_incidents[call.label])
+            previous = Incident(cause.component, call.ts, goal)
+            found.append(previous)
+            if call.identity not in routine:
+                open_incidents[call.identity] = previous
+        else:
+            previous = None
     return found
 
 
-def _tool_marked(session: Session) -> Iterator[tuple[Call, bool]]:
-    """Each call, and whether it is a step of the agent's (a tool call, or a turn to its model API)."""
-    tool_calls = {id(call) for call in session.tool_calls + session.model_calls}
-    return ((call, id(call) in tool_calls) for call in session.calls)
+def _steps(session: Session) -> Iterator[tuple[Call, str | None]]:
+    """Each call, and which kind of the agent's steps it is: a tool call, a turn to its model API, or None."""
+    return ((call, call.kind if call.kind in ("tool", "model") else None) for call in session.calls)
 
 
 def calls_a_made_up_tool(call: Call) -> bool:
@@ -81,23 +117,23 @@ def calls_a_made_up_tool(call: Call) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """How incidents went: retried (another call of the tool), recovered (one got through), gave up."""
+    """How incidents went: retried, got through on a retry (and how fast), and recovered (the run
+    reached its goal; None when no incident's run has a verdict, as in a log alone)."""
 
     incidents: int
     retried: int
-    recovered: int
-    median_time_to_recovery_ms: float | None
-    max_time_to_recovery_ms: float | None
-
-    @property
-    def gave_up(self) -> int:
-        return self.incidents - self.recovered
+    got_through: int
+    recovered: int | None
+    judged: int  # incidents whose run has a verdict: what `recovered` is out of
+    median_time_to_get_through_ms: float | None
+    max_time_to_get_through_ms: float | None
 
     @classmethod
     def of(cls, found: list[Incident]) -> Recovery:
-        times = [t for incident in found if (t := incident.time_to_recovery_ms) is not None]
-        return cls(len(found), sum(1 for i in found if i.retries),
-                   sum(1 for i in found if i.recovered_at is not None),
+        times = [t for incident in found if (t := incident.time_to_get_through_ms) is not None]
+        judged = [incident for incident in found if incident.reached_goal is not None]
+        return cls(len(found), sum(1 for i in found if i.retried), len(times),
+                   sum(1 for i in judged if i.reached_goal) if judged else None, len(judged),
                    round(statistics.median(times), 1) if times else None,
                    round(max(times), 1) if times else None)
 
@@ -108,7 +144,10 @@ class Behaviour:
     tool_calls: int
     model_calls: int
     disrupted_model_calls: int
-    disrupted_calls: int
+    failed_upstream_model_calls: int
+    perturbed_calls: int  # a fault fired on it (changed, delayed or replaced what the agent got)
+    disrupted_calls: int  # a fault kept the real answer from the agent, or made the call fail
+    failed_upstream_calls: int  # failed with no fault to blame: the upstream's own error
     incomplete_calls: int
     made_up_tool_calls: int
     unattached_faults: int  # fired, but joined to no call (a reply on another connection that never ended)
@@ -133,7 +172,10 @@ def behaviour(sessions: Iterable[Session]) -> Behaviour:
     return Behaviour(
         sessions=len(sessions), tool_calls=len(calls),
         model_calls=len(model_calls), disrupted_model_calls=sum(1 for call in model_calls if call.disrupted),
+        failed_upstream_model_calls=sum(1 for call in model_calls if call.failed_upstream),
+        perturbed_calls=sum(1 for call in calls if call.faults),
         disrupted_calls=sum(1 for call in calls if call.disrupted),
+        failed_upstream_calls=sum(1 for call in calls if call.failed_upstream),
         incomplete_calls=sum(1 for call in calls if call.incomplete),
         made_up_tool_calls=sum(1 for call in calls if calls_a_made_up_tool(call)),
         unattached_faults=sum(len(session.unattached) for session in sessions),

@@ -50,6 +50,8 @@ def drill_report(drill: Drill) -> Report:
         sessions = read_sessions(log) if log.is_file() else []
         title = f"{result['run']} · {result['label']} · {result['status']}"
         title += f" · trace {result['trace_id']}" if result.get("trace_id") else ""
+        for session in sessions:
+            session.reached_goal = None if result["status"] == "error" else result["status"] == "passed"
         timelines += [Timeline(title + (f" · session {s.session}" if len(sessions) > 1 else ""),
                                result["status"], s) for s in sessions]
     return Report(", ".join(map(str, drill.sources)), _now(), drill.settings or None,
@@ -75,7 +77,7 @@ def _row(row: ProfileRow) -> dict[str, Any]:
 
 
 def _recovery(recovery: Recovery) -> dict[str, Any]:
-    return {**asdict(recovery), "gave_up": recovery.gave_up}
+    return asdict(recovery)
 
 
 def report_json(report: Report) -> dict[str, Any]:

@@ -4,6 +4,9 @@ A fault line comes before the call line it belongs to (faults are logged as they
 it ends). They are joined by JSON-RPC id within the session, or, for plain HTTP calls, by the rule
 names the call line lists (and a fault on a response body by its request's method, path and time). A fault on a reply that reached the agent on another connection (legacy
 HTTP+SSE) joins the last call with its id; one that joins no call stays on the session, unattached.
+
+Each call is classified on its own (`Call.kind`), never by the session it shares: one client's REST
+requests and its MCP `initialize` come from one address, so one session may hold both.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ from typing import Any
 import orjson
 
 # Actions that keep the real answer from the agent: it gets an error, a fake, a broken frame or nothing.
+# (A content fault's new body, `garble` at level content, is a perturbed answer, not a withheld one.)
 DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate", "garble", "cutstream"})
 # A misspelt tool name is passed on, and upstream answers it with an error.
 DISRUPTIVE_FAULTS = frozenset({"unknown_tool"})
+# Actions that hold a call up: a call that then failed (the agent gave up waiting) failed by the fault.
+DELAYING_ACTIONS = frozenset({"delay", "drip"})
 # Outcomes of calls the agent never got an answer to.
 INCOMPLETE_OUTCOMES = frozenset({"hang", "client_disconnected", "stream_idle"})
+TOOL, MODEL, PLUMBING = "tool", "model", "plumbing"  # what a call is (Call.kind)
 CLOCK_SLACK_S = 0.01  # a call's start is its end less its duration, measured on another clock
 
 
@@ -68,7 +75,15 @@ class Fault:
 
     @property
     def disruptive(self) -> bool:
+        """The fault kept the real answer from the agent (or, `unknown_tool`, had upstream refuse the call)."""
+        if self.action == "garble" and self.level == "content":
+            return False
         return self.action in DISRUPTIVE_ACTIONS or self.fault in DISRUPTIVE_FAULTS
+
+    def could_fail(self) -> bool:
+        """The fault could be why its call failed: it acted before upstream answered (a request
+        changed or held) or held the answer up until the agent gave up."""
+        return self.disruptive or self.phase == "request" or self.action in DELAYING_ACTIONS
 
 
 @dataclass(slots=True)
@@ -83,15 +98,19 @@ class Call:
     status: int | None
     outcome: str
     rules: list[str]
-    api: str | None = None  # a model-API call (LLM-gateway mode): which API, and the model asked for
+    api: str | None = None  # a model-API call (LLM-gateway mode): which API, the model asked for, the turn
     model: str | None = None
+    turn: int | None = None
+    route: str | None = None
     faults: list[Fault] = field(default_factory=list)
+    kind: str = TOOL  # tool, model or plumbing: set by read_sessions, which sees the whole run
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Call:
         return cls(_time(event), float(event.get("duration_ms") or 0), event.get("method"), event.get("tool"),
                    event.get("rpc_id"), event.get("http_method"), event.get("path"), event.get("status"),
-                   event.get("outcome", "ok"), list(event.get("faults") or []), event.get("api"), event.get("model"))
+                   event.get("outcome", "ok"), list(event.get("faults") or []), event.get("api"), event.get("model"),
+                   event.get("turn"), event.get("route"))
 
     @property
     def start(self) -> float:
@@ -114,10 +133,26 @@ class Call:
         return self.outcome in INCOMPLETE_OUTCOMES
 
     @property
+    def failed(self) -> bool:
+        """The agent got no good answer: an error status, a broken exchange, a stand-in, or nothing."""
+        return self.outcome != "ok" or (self.status is not None and self.status >= 400)
+
+    @property
     def disrupted(self) -> bool:
-        """The agent did not get the real answer: an error status, a broken exchange, a fault's stand-in."""
-        return (self.outcome != "ok" or (self.status is not None and self.status >= 400)
-                or any(fault.disruptive for fault in self.faults))
+        """A fault kept the real answer from the agent, or made the call fail (see Fault.could_fail)."""
+        return any(fault.disruptive for fault in self.faults) or (
+            self.failed and any(fault.could_fail() for fault in self.faults))
+
+    @property
+    def failed_upstream(self) -> bool:
+        """Failed with no fault to blame: the upstream's own error (a 404, a 500), or the agent gave
+        up on an answer no fault held up."""
+        return self.failed and not self.disrupted
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        """What makes a later call the same call again: the tool (for a model-API call, its turn)."""
+        return (self.label, self.turn) if self.kind == MODEL else (self.label,)
 
     def claims(self, fault: Fault) -> bool:
         if self.rpc_id is not None:
@@ -139,21 +174,17 @@ class Session:
     transport: str | None
     calls: list[Call] = field(default_factory=list)
     unattached: list[Fault] = field(default_factory=list)
+    reached_goal: bool | None = None  # whether its run passed (a drill's verdict); None: not known (a log)
 
     @property
     def tool_calls(self) -> list[Call]:
-        """Calls of tools: an MCP session's tools/call, or each request of a plain HTTP tool API.
-
-        A session that speaks JSON-RPC is MCP, and its other requests (a GET stream, a DELETE) are plumbing.
-        """
-        if any(call.method is not None for call in self.calls):
-            return [call for call in self.calls if call.method == "tools/call"]
-        return [call for call in self.calls if call.api is None]
+        """Calls of tools: MCP tools/call requests, and the requests of plain HTTP tool APIs."""
+        return [call for call in self.calls if call.kind == TOOL]
 
     @property
     def model_calls(self) -> list[Call]:
         """Calls of the agent's model API (LLM-gateway mode): each turn of its tool loop."""
-        return [call for call in self.calls if call.api is not None]
+        return [call for call in self.calls if call.kind == MODEL]
 
     @property
     def faults(self) -> list[Fault]:
@@ -193,4 +224,35 @@ def read_sessions(path: str | Path) -> list[Session]:
             owner = next((call for call in reversed(calls)
                           if call.rpc_id is not None and call.rpc_id == fault.rpc_id), None)
             (owner.faults if owner is not None else sessions[key].unattached).append(fault)
+    runs: dict[str, list[Call]] = {}
+    for (run_id, _), session in sessions.items():
+        runs.setdefault(run_id, []).extend(session.calls)
+    for calls in runs.values():
+        classify(calls)
     return list(sessions.values())
+
+
+def classify(calls: list[Call]) -> None:
+    """Set each call's kind, from the call itself and the run's JSON-RPC traffic (all its sessions).
+
+    A model-API call is a turn of the agent's loop; a JSON-RPC `tools/call` is a tool call and any
+    other JSON-RPC message MCP's plumbing. A plain HTTP request is a REST tool call, unless it is an
+    MCP endpoint's own: a request without JSON-RPC (a GET stream, a DELETE) on a path that carries
+    JSON-RPC, or a GET that was open while JSON-RPC went to its route (legacy HTTP+SSE's stream,
+    whose POSTs go to another path).
+    """
+    rpc_paths = {(call.route, call.path) for call in calls if call.method is not None}
+    rpc_starts: dict[str | None, list[float]] = {}
+    for call in calls:
+        if call.method is not None:
+            rpc_starts.setdefault(call.route, []).append(call.start)
+    for call in calls:
+        if call.api is not None:
+            call.kind = MODEL
+        elif call.method is not None:
+            call.kind = TOOL if call.method == "tools/call" else PLUMBING
+        elif (call.route, call.path) in rpc_paths or (call.http_method == "GET" and any(
+                call.start <= start <= call.ts for start in rpc_starts.get(call.route, ()))):
+            call.kind = PLUMBING
+        else:
+            call.kind = TOOL

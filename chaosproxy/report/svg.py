@@ -22,7 +22,8 @@ COMPONENT_COLOURS = {"observation": "#1f77b4", "action": "#8e44ad", "reward": "#
                      "transition": "#c0392b"}
 CLEAN_COLOUR = "#9aa0a6"
 OTHER_COLOUR = "#34495e"
-CALL_COLOURS = {"call answered": "#5aa469", "call disrupted": "#c0392b", "never completed": "#f39c12"}
+CALL_COLOURS = {"call answered": "#5aa469", "disrupted by a fault": "#c0392b",
+                "failed by the upstream": "#8e6fb5", "never completed": "#f39c12"}
 
 Scale = Callable[[float], float]
 
@@ -95,7 +96,11 @@ def _bar(rate: Rate, y: float, h: float, colour: str, kind: str, x: Scale) -> st
 
 
 def _call_state(call: Call) -> str:
-    return "never completed" if call.incomplete else "call disrupted" if call.disrupted else "call answered"
+    if call.incomplete:
+        return "never completed"
+    if call.disrupted:
+        return "disrupted by a fault"
+    return "failed by the upstream" if call.failed else "call answered"
 
 
 def _call_tip(call: Call) -> str:

@@ -49,30 +49,58 @@ def profile_notes(profile: Profile) -> str:
 
 def _recovery_rows(recovery: Recovery) -> list[list[str]]:
     n = recovery.incidents
-    return [["incidents (a tool or model-API call disrupted by a fault)", str(n)],
-            ["retried (the same tool or model called again)", share(recovery.retried, n)],
-            ["recovered (a later call of it got through)", share(recovery.recovered, n)],
-            ["gave up (never got it through)", share(recovery.gave_up, n)],
-            ["time to recovery, median (max)",
-             f"{ms_text(recovery.median_time_to_recovery_ms)} ({ms_text(recovery.max_time_to_recovery_ms)})"]]
+    recovered = ("n/a" if recovery.recovered is None else share(recovery.recovered, recovery.judged))
+    return [
+        ["incidents", str(n), "tool calls (and model-API calls) a fault disrupted"],
+        ["retried", share(recovery.retried, n),
+         "incidents the agent answered by making the same call again as its very next one (a tool it "
+         "also repeats after calls that got through is its routine, not a retry; a model-API call: the "
+         "same turn again)"],
+        ["got through on a retry", share(recovery.got_through, n),
+         "incidents where one of those repeats was answered undisrupted"],
+        ["time to get through, median (max)",
+         f"{ms_text(recovery.median_time_to_get_through_ms)} ({ms_text(recovery.max_time_to_get_through_ms)})",
+         "from the end of the disrupted call to the end of the repeat that got through"],
+        ["recovered", recovered,
+         "incidents whose run reached its goal (a drill's verdict: passed) after the fault; n/a for a log "
+         "alone, which holds no verdict"
+         + (f" (out of {recovery.judged} incidents in runs with a verdict)" if recovery.judged != n else "")]]
 
 
 def behaviour_table(b: Behaviour) -> Table:
-    return ["agent behaviour", ""], [
-        ["sessions", str(b.sessions)], ["tool calls", str(b.tool_calls)],
-        ["disrupted calls", share(b.disrupted_calls, b.tool_calls)],
-        *([["model-API calls (LLM-gateway mode)", str(b.model_calls)],
-           ["disrupted model-API calls", share(b.disrupted_model_calls, b.model_calls)]] if b.model_calls else []),
+    return ["agent behaviour", "", "what it counts"], [
+        ["sessions", str(b.sessions), "MCP sessions, and agent addresses for plain HTTP"],
+        ["tool calls", str(b.tool_calls),
+         "MCP tools/call requests and plain HTTP (REST) requests; not MCP's own messages (initialize, "
+         "tools/list, its GET streams)"],
+        ["calls a fault changed", share(b.perturbed_calls, b.tool_calls),
+         "tool calls at least one fault fired on (delayed, perturbed, or replaced)"],
+        ["calls a fault disrupted", share(b.disrupted_calls, b.tool_calls),
+         "tool calls where a fault kept the real answer from the agent (an error or stand-in, a broken "
+         "exchange, no answer), or made the call fail (a request it changed, an answer it held up)"],
+        ["calls failed by the upstream", share(b.failed_upstream_calls, b.tool_calls),
+         "tool calls that failed (an error status, a broken exchange) with no fault to blame: the "
+         "upstream's own errors, such as a 404"],
+        *([["model-API calls", str(b.model_calls), "turns of the agent's loop to its model API (LLM-gateway mode)"],
+           ["model-API calls a fault disrupted", share(b.disrupted_model_calls, b.model_calls),
+            "as for tool calls"],
+           ["model-API calls failed by the upstream", share(b.failed_upstream_model_calls, b.model_calls),
+            "as for tool calls"]] if b.model_calls else []),
         *_recovery_rows(b.recovery),
-        ["calls to a tool that does not exist", str(b.made_up_tool_calls)],
-        ["calls that never completed", str(b.incomplete_calls)],
-        *([["faults attached to no call", str(b.unattached_faults)]] if b.unattached_faults else [])]
+        ["calls to a tool that does not exist", str(b.made_up_tool_calls),
+         "calls of a name an unknown_tool fault misspelt, or of a made-up tool (tool_flood, distractor_tool)"],
+        ["calls that never completed", str(b.incomplete_calls),
+         "tool calls the agent got no answer to: a hang, a silent stream, or it gave up waiting"],
+        *([["faults attached to no call", str(b.unattached_faults),
+            "faults that fired on a reply no call line claims (a stream that never ended)"]]
+          if b.unattached_faults else [])]
 
 
 def recovery_table(b: Behaviour) -> Table:
-    return ["component", "incidents", "retried", "recovered", "gave up", "median time to recovery"], [
-        [name, str(r.incidents), share(r.retried, r.incidents), share(r.recovered, r.incidents),
-         share(r.gave_up, r.incidents), ms_text(r.median_time_to_recovery_ms)]
+    return ["component", "incidents", "retried", "got through on a retry", "recovered",
+            "median time to get through"], [
+        [name, str(r.incidents), share(r.retried, r.incidents), share(r.got_through, r.incidents),
+         "n/a" if r.recovered is None else share(r.recovered, r.judged), ms_text(r.median_time_to_get_through_ms)]
         for name, r in b.recovery_by_component.items()]
 
 

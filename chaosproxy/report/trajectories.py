@@ -21,9 +21,10 @@ def _fault(fault: Fault, origin: float) -> dict[str, Any]:
 
 
 def _call(call: Call, origin: float) -> dict[str, Any]:
-    return {"t_ms": round((call.start - origin) * 1000, 3), "duration_ms": call.duration_ms,
+    return {"t_ms": round((call.start - origin) * 1000, 3), "duration_ms": call.duration_ms, "kind": call.kind,
             "method": call.method, "tool": call.tool, "rpc_id": call.rpc_id, "http_method": call.http_method,
-            "path": call.path, "api": call.api, "model": call.model, "status": call.status, "outcome": call.outcome, "disrupted": call.disrupted,
+            "path": call.path, "api": call.api, "model": call.model, "status": call.status, "outcome": call.outcome,
+            "disrupted": call.disrupted, "failed_upstream": call.failed_upstream,
             "faults": [_fault(fault, origin) for fault in call.faults]}
 
 

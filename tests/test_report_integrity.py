@@ -1,0 +1,170 @@
+"""A report is a measurement: it counts only what happened, drops no run, and a gate that cannot be
+checked does not pass (issue 25). Hand-made logs and drill folders pin each number; a real drill
+checks them end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaosproxy.report.behaviour import behaviour
+from chaosproxy.report.build import build_report
+from chaosproxy.report.html import render_html
+from chaosproxy.report.logfile import read_sessions
+from tests.test_report import LogWriter
+
+CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
+
+
+def chaosproxy(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CHAOSPROXY, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def rest(log: LogWriter, t: float, path: str = "/api/weather", *, session: str = "127.0.0.1",
+         method: str = "GET", **fields: Any) -> None:
+    log.call(t, 5, session=session, http_method=method, path=path, **fields)
+
+
+def mcp(log: LogWriter, t: float, rpc_id: int, method: str, tool: str | None = None, *,
+        session: str = "127.0.0.1", path: str = "/mcp", **fields: Any) -> None:
+    log.call(t, 5, session=session, method=method, tool=tool, rpc_id=rpc_id, http_method="POST", path=path,
+             **fields)
+
+
+# --- 1. calls are classified one by one, not by the session they share ----------------------------
+
+
+def test_rest_calls_sharing_a_session_with_mcp_initialize_are_tool_calls(tmp_path: Path) -> None:
+    """The demo's agents share one client: its REST calls and the MCP `initialize` come from one
+    address, one session. Each REST call is a tool call, and a hang among them never completed."""
+    log = LogWriter()
+    rest(log, 0.1)
+    log.fault(0.2, "stall", "hang", "hang", session="127.0.0.1")
+    rest(log, 1.2, status=None, outcome="client_disconnected", faults=("stall",))
+    rest(log, 1.3, "/api/search", method="POST")
+    mcp(log, 1.4, 1, "initialize")
+    mcp(log, 1.5, 2, "tools/call", "search", session="s1")
+    log.call(1.6, 5, session="s1", http_method="GET", path="/mcp", status=200)  # the MCP GET stream: plumbing
+    log.call(1.7, 5, session="s1", http_method="DELETE", path="/mcp", status=200)
+    sessions = read_sessions(log.write(tmp_path / "log.jsonl"))
+    b = behaviour(sessions)
+    assert (b.tool_calls, b.disrupted_calls, b.incomplete_calls) == (4, 1, 1)
+    assert [call.label for s in sessions for call in s.tool_calls] == [
+        "GET /api/weather", "GET /api/weather", "POST /api/search", "search"]
+
+
+def test_a_legacy_sse_stream_is_mcp_plumbing_not_a_tool_call(tmp_path: Path) -> None:
+    """Legacy HTTP+SSE: the GET stream (its own path, the agent's address as its session) stays open
+    while the POSTs of its session go to another path; the agent closing it is no call left unanswered."""
+    log = LogWriter()
+    mcp(log, 0.2, 1, "initialize", session="abc", path="/messages/", status=202)
+    mcp(log, 0.3, 2, "tools/call", "search", session="abc", path="/messages/", status=202)
+    log.call(0.5, 450, session="127.0.0.1", http_method="GET", path="/sse", status=200,
+             outcome="client_disconnected")
+    b = behaviour(read_sessions(log.write(tmp_path / "log.jsonl")))
+    assert (b.tool_calls, b.disrupted_calls, b.incomplete_calls, b.failed_upstream_calls) == (1, 0, 0, 0)
+
+
+def test_the_demo_report_agrees_with_the_demo(tmp_path: Path) -> None:
+    """`chaosproxy demo`'s terminal and the report it links to tell one story: every REST request and
+    every MCP tools/call is a tool call; the hang, the cut body, the 503, the cut feed and the refused
+    call are the calls faults disrupted; the hang is the one call that never completed."""
+    done = chaosproxy("demo", cwd=tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr
+    log = Path(next(line.split()[2] for line in done.stdout.splitlines() if line.startswith("perturbation log:")))
+    rest_attempts = sum(1 for line in done.stdout.splitlines() if line.lstrip().startswith("task "))
+    mcp_calls = sum(1 for line in done.stdout.splitlines() if "->" in line and line.startswith("  ")
+                    and not line.lstrip().startswith(("task", "turn")))
+    b = behaviour(read_sessions(log))
+    assert b.tool_calls == rest_attempts + 1 + mcp_calls  # + the event feed
+    assert (b.disrupted_calls, b.incomplete_calls, b.failed_upstream_calls) == (5, 1, 0)
+    page = Path(next(line.split()[-1] for line in done.stdout.splitlines() if line.startswith("HTML report:")))
+    assert "calls that never completed</td><td>1</td>" in page.read_text()
+
+
+# --- 2. what faults did is kept apart from what the upstream did ----------------------------------
+
+
+def test_an_upstream_error_is_not_a_disruption(tmp_path: Path) -> None:
+    """A readiness probe answered 404 by the upstream, with no fault fired: a failure of the upstream's
+    own, counted and labelled as such, never as a call a fault disrupted."""
+    log = LogWriter()
+    rest(log, 0.1, "/ready", status=404)
+    report = build_report(log.write(tmp_path / "log.jsonl"))
+    b = report.behaviour
+    assert (b.tool_calls, b.disrupted_calls, b.failed_upstream_calls, b.recovery.incidents) == (1, 0, 1, 0)
+    page = render_html(report)
+    assert "calls a fault disrupted" in page and "failed by the upstream" in page
+
+
+def test_a_fault_on_the_request_owns_the_failure_it_causes_and_a_content_fault_does_not(tmp_path: Path) -> None:
+    """A request a fault changed (an argument renamed) and upstream refused is the fault's doing; a
+    404 whose body a content fault then misspelt is still the upstream's; typos on a REST body are no
+    disruption."""
+    log = LogWriter()
+    log.fault(0.1, "drift", "input_schema_drift", "rewrite", component="action", session="127.0.0.1")
+    rest(log, 0.1, "/api/add", method="POST", status=400, faults=("drift",))
+    log.add("fault", 0.2, session="127.0.0.1", rule="slips", fault="typos", component="observation",
+            level="content", phase="response", action="garble", params={}, effect={})
+    rest(log, 0.2, "/api/gone", status=404, faults=("slips",))
+    log.add("fault", 0.3, session="127.0.0.1", rule="slips", fault="typos", component="observation",
+            level="content", phase="response", action="garble", params={}, effect={})
+    rest(log, 0.3, "/api/search", status=200, faults=("slips",))
+    b = behaviour(read_sessions(log.write(tmp_path / "log.jsonl")))
+    assert (b.tool_calls, b.perturbed_calls, b.disrupted_calls, b.failed_upstream_calls) == (3, 3, 1, 1)
+
+
+# --- 3. a retry is a repeat of a failed call; recovery is reaching the goal ------------------------
+
+
+def test_an_agent_that_never_retries_shows_no_retry_and_no_recovery(tmp_path: Path) -> None:
+    """A blind loop: the same endpoint for city after city, and a round of tools, whatever the answers."""
+    log = LogWriter()
+    log.fault(0.1, "down", "http_error", "respond", session="127.0.0.1")
+    rest(log, 0.1, status=503, outcome="fault_response", faults=("down",))  # paris
+    rest(log, 0.2)  # tokyo
+    rest(log, 0.3)  # lima
+    log.fault(0.4, "down2", "http_error", "respond", session="127.0.0.1")
+    rest(log, 0.4, "/api/search", method="POST", status=503, outcome="fault_response", faults=("down2",))
+    rest(log, 0.5, "/api/news")
+    rest(log, 0.6, "/api/search", method="POST")
+    b = behaviour(read_sessions(log.write(tmp_path / "log.jsonl")))
+    r = b.recovery
+    assert (r.incidents, r.retried, r.got_through, r.recovered) == (2, 0, 0, None)
+
+
+def test_a_retrying_agent_retries_and_its_recovery_is_the_runs_verdict(tmp_path: Path) -> None:
+    log = LogWriter()
+    rest(log, 0.05, "/api/search", method="POST")
+    log.fault(0.1, "down", "http_error", "respond", session="127.0.0.1")
+    rest(log, 0.1, status=503, outcome="fault_response", faults=("down",))
+    rest(log, 0.4)  # the same request again, at once: it gets through 300 ms later
+    rest(log, 0.5, "/api/search", method="POST")
+    sessions = read_sessions(log.write(tmp_path / "log.jsonl"))
+    r = behaviour(sessions).recovery
+    assert (r.incidents, r.retried, r.got_through, r.recovered) == (1, 1, 1, None)
+    assert r.median_time_to_get_through_ms == pytest.approx(300, abs=1)
+    for session in sessions:
+        session.reached_goal = False  # as a drill's failed run
+    r = behaviour(sessions).recovery
+    assert (r.recovered, r.judged) == (0, 1)
+
+
+def test_a_model_call_retried_is_the_same_turn_again(tmp_path: Path) -> None:
+    """Turns to the model API follow each other in any tool loop: only the same turn sent again is a retry."""
+    log = LogWriter()
+    model = {"http_method": "POST", "path": "/v1/messages", "api": "anthropic", "model": "m"}
+    log.fault(0.1, "busy", "llm_error", "respond", session="127.0.0.1", api="anthropic")
+    log.call(0.1, 5, session="127.0.0.1", status=529, outcome="fault_response", faults=("busy",), turn=0, **model)
+    log.call(0.2, 5, session="127.0.0.1", turn=0, **model)
+    log.call(0.3, 5, session="127.0.0.1", turn=1, **model)
+    log.fault(0.4, "busy", "llm_error", "respond", session="127.0.0.1", api="anthropic")
+    log.call(0.4, 5, session="127.0.0.1", status=529, outcome="fault_response", faults=("busy",), turn=2, **model)
+    log.call(0.5, 5, session="127.0.0.1", turn=3, **model)  # moved on without turn 2's answer
+    r = behaviour(read_sessions(log.write(tmp_path / "log.jsonl"))).recovery
+    assert (r.incidents, r.retried, r.got_through) == (2, 1, 1)
