@@ -43,6 +43,7 @@ from chaosproxy import __version__
 from chaosproxy.actions import Action, CutStream, Delay, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
 from chaosproxy.llm import ANTHROPIC
 from chaosproxy.log import ops
+from chaosproxy.redact import redacted_url
 
 if TYPE_CHECKING:
     from chaosproxy.message import Message
@@ -57,7 +58,14 @@ FAILED_OUTCOMES = frozenset({"upstream_error", "hang", "reset", "truncated", "st
 MAX_SESSIONS = 10_000  # protocol versions remembered from `initialize`, oldest forgotten first
 TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
-MAX_TRACESTATE = 512  # W3C: 32 members; a longer header is dropped, not forwarded
+# W3C Trace Context: `tracestate` is up to 32 list-members `key=value` (a key of lower-case letters, digits
+# and _-*/@; a value of printable ASCII but `,` and `=`, not ending in a space), with spaces or tabs around
+# each. One longer than 512 characters or breaking the grammar anywhere is dropped whole (a part kept would
+# be a list nobody sent), as a malformed traceparent is: what goes upstream is a valid header value.
+TRACESTATE_MEMBER = re.compile(r"[a-z0-9][a-z0-9_\-*/@]{0,255}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}"
+                               r"[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+MAX_TRACESTATE = 512
+MAX_TRACESTATE_MEMBERS = 32
 KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
 MAX_ID64 = (1 << 64) - 1
 CLIENT = KIND["CLIENT"]
@@ -208,8 +216,9 @@ class OtlpTracing(Tracing):
         self._default_parent = parse_traceparent(environ.get("TRACEPARENT"), environ.get("TRACESTATE"))
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
         self._heads: dict[tuple[Any, ...], bytes] = {}  # what names a call's span -> its encoded head
-        ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)", self.settings.endpoint,
-                 self.settings.resource["service.name"], self.sampler.description)
+        ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)",
+                 redacted_url(self.settings.endpoint), self.settings.resource["service.name"],
+                 self.sampler.description)
 
     def root_draw(self, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int | None:
         # no context in the environment, none in params._meta (a key may be written with \u escapes)
@@ -224,6 +233,18 @@ class OtlpTracing(Tracing):
 
     def start(self, msg: Message, *, network: str, url: str | None = None,
               session_id: str | None = None, root: int = 0) -> dict[str, str]:
+        try:
+            return self._start(msg, network, url, session_id, root)
+        except Exception:  # a bug in tracing fails open: the call goes on untraced, as the agent sent it
+            ops.exception("OpenTelemetry: the span of a call over %s could not be opened; the call goes on "
+                          "without it", network)
+            msg.trace = None
+            return {}
+
+    def _start(self, msg: Message, network: str, url: str | None, session_id: str | None,
+               root: int) -> dict[str, str]:
+        """`start`'s work. What may fail is done before the body's `_meta` is changed (after it, only ids
+        the grammar checked are read), so a failure leaves the call as the agent sent it."""
         header, header_state, version = _context_headers(msg.headers)
         body = msg.body
         # when the sampler may leave calls out, a body that cannot name a context in params._meta is parsed
@@ -342,8 +363,18 @@ def parse_traceparent(traceparent: Any, tracestate: Any) -> Parent | None:
     version, trace_id, span_id, flags, rest = match.groups()
     if version == "ff" or (version == "00" and rest) or trace_id == ZERO_TRACE or span_id == ZERO_SPAN:
         return None
-    trace_state = tracestate.strip() if isinstance(tracestate, str) and len(tracestate) <= MAX_TRACESTATE else ""
-    return Parent(trace_id, span_id, int(flags, 16) & 1 == 1, trace_state)
+    return Parent(trace_id, span_id, int(flags, 16) & 1 == 1, valid_tracestate(tracestate))
+
+
+def valid_tracestate(tracestate: Any) -> str:
+    """A `tracestate` (the agent's, or $TRACESTATE) as it may go upstream in a header line: its members,
+    comma-separated, or "" when it breaks the W3C grammar or limits (TRACESTATE_MEMBER)."""
+    if type(tracestate) is not str or not tracestate or len(tracestate) > MAX_TRACESTATE:
+        return ""
+    members = [member for item in tracestate.split(",") if (member := item.strip(" \t"))]
+    if len(members) > MAX_TRACESTATE_MEMBERS or not all(map(TRACESTATE_MEMBER.fullmatch, members)):
+        return ""
+    return ",".join(members)
 
 
 class Sampler:
@@ -538,8 +569,9 @@ def _new_id(size: int) -> bytes:
 
 
 def _context_headers(headers: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
-    """The `traceparent`, `tracestate` and `MCP-Protocol-Version` headers (the first of each), in one
-    pass over the raw pairs when the adapter's headers have them (adapters.http.HeaderView)."""
+    """The `traceparent`, `tracestate` and `MCP-Protocol-Version` headers (the first of each, but every
+    `tracestate` line, combined as W3C says), in one pass over the raw pairs when the adapter's headers
+    have them (adapters.http.HeaderView)."""
     pairs = getattr(headers, "pairs", None)
     if pairs is None:
         return headers.get("traceparent"), headers.get("tracestate"), headers.get("MCP-Protocol-Version")
@@ -550,7 +582,8 @@ def _context_headers(headers: Mapping[str, str]) -> tuple[str | None, str | None
             if key == b"traceparent":
                 traceparent = traceparent or value.decode("latin-1")
             elif key == b"tracestate":
-                tracestate = tracestate or value.decode("latin-1")
+                state = value.decode("latin-1")
+                tracestate = state if tracestate is None else f"{tracestate},{state}"
             elif key == b"mcp-protocol-version":
                 version = version or value.decode("latin-1")
     return traceparent, tracestate, version
@@ -585,7 +618,7 @@ def _other_attributes(msg: Message, network: str, url: str | None) -> tuple[str,
         return _genai_attributes(attributes, msg), attributes
     attributes["http.request.method"] = msg.http_method
     if url is not None:
-        attributes["url.full"] = url
+        attributes["url.full"] = redacted_url(url)
     return msg.http_method or "call", attributes
 
 

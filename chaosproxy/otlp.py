@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from chaosproxy.log import ops
+from chaosproxy.redact import redacted_url
 
 if TYPE_CHECKING:
     from chaosproxy.otel import SpanData
@@ -198,7 +199,8 @@ class Exporter:
         now = time.monotonic()
         if now - self._last_warning >= WARN_EVERY_S:
             self._last_warning = now
-            ops.warning("OpenTelemetry: %d spans not exported to %s (%s)", len(batch), self.settings.endpoint, reason)
+            ops.warning("OpenTelemetry: %d spans not exported to %s (%s)", len(batch),
+                        redacted_url(self.settings.endpoint), reason)
 
 
 class Encoder:
@@ -325,12 +327,12 @@ def _key_value(key: str, value: Any) -> bytes:
 def _pairs(text: str, variable: str) -> dict[str, str]:
     """`key=value,key=value` (values percent-encoded), as OTEL_RESOURCE_ATTRIBUTES and _HEADERS are written."""
     pairs: dict[str, str] = {}
-    for item in text.split(","):
+    for number, item in enumerate(text.split(","), 1):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            ops.warning("%s: %r is not key=value; ignored", variable, item.strip())
+        if not sep or not key.strip():  # named by its place: a header's may be a secret
+            ops.warning("%s: item %d is not key=value; ignored", variable, number)
             continue
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs

@@ -32,9 +32,15 @@ class TracedPassthrough(Passthrough):
         super().start()
 
     def _body_read(self, trailers: Headers) -> None:
-        self.exchange.body.unpipe()
+        """The body is in: the span, then the relay. A callback of the HTTP parser's, which takes an
+        exception for bad framing and leaves the call unanswered: one is answered here (502, logged)."""
+        exchange = self.exchange
+        exchange.body.unpipe()
         msg = self.msg
         msg.body = b"".join(self.pieces)
-        start_span(self.proxy.engine, self.exchange, self, self.route, self.target)
-        self.body = msg.body  # with the proxy's context in its _meta
-        super().start()
+        try:
+            start_span(self.proxy.engine, exchange, self, self.route, self.target)
+            self.body = msg.body  # with the proxy's context in its _meta
+            super().start()
+        except Exception:
+            self.proxy.internal_error(exchange, self)
