@@ -63,6 +63,24 @@ async def wait_for_stop_signal() -> None:
             loop.remove_signal_handler(sig)
 
 
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit, as Go's runtime does at start
+    (a relayed stream holds two: the common soft limit of 1,024 caps a proxy near 500 streams). Returns
+    the limit in force (0 where the platform has none to tell)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # e.g. an unlimited hard limit the kernel will not grant as soft
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 0
+
+
 def settle_heap() -> None:
     """Once started, move the long-lived objects (pydantic models, the fault registry) out of the GC's
     sight and collect less often: at 64 requests in flight the default thresholds cost ~30 µs a request."""

@@ -26,6 +26,7 @@ from chaosproxy.adapters.errors import UpstreamError
 
 HIGH_WATER = 256 << 10  # a side whose buffer is over this pauses its producer
 LOW_WATER = 64 << 10
+LINGER_S = 2.0  # how long a refused client's input is read and dropped before its connection closes
 MAX_QUEUED_REQUESTS = 8  # pipelined requests parsed ahead of the one being answered before reading pauses
 
 Headers = list[tuple[bytes, bytes]]
@@ -359,10 +360,49 @@ class _SentBody(_NoBody):
 SENT_BODY: Body = _SentBody()
 
 
+class ClientLimits:
+    """What an agent's connection may cost: the size of a request head, and how long it may take to
+    send one or sit idle between requests. `clock` is coarse time (seconds), advanced by the sweep that
+    enforces the timeouts (`HttpProxy`), so a request costs no clock read."""
+
+    __slots__ = ("max_line", "max_head", "head_timeout", "idle_timeout", "clock", "refused")
+
+    def __init__(self, max_line: int = 8 << 10, max_head: int = 64 << 10, head_timeout: float = 60.0,
+                 idle_timeout: float = 75.0) -> None:
+        self.max_line = max_line  # the request line, or one header line
+        self.max_head = max_head  # the whole head
+        self.head_timeout = head_timeout
+        self.idle_timeout = idle_timeout
+        self.clock = 0.0
+        self.refused: dict[str, int] = {"head_too_large": 0, "head_timeout": 0, "idle_timeout": 0}
+
+
+class HeadTooLarge(Exception):
+    """A request line, header line or head over its limit (answered 431)."""
+
+
+def refusal(status: bytes, error: bytes, message: bytes) -> bytes:
+    """A whole response, made once at import, refusing a request in the proxy's name and closing the
+    connection (what is answered when a limit is reached must not need memory or files itself)."""
+    body = b'{"error":{"code":%b,"message":"chaosproxy: %b"}}' % (status.split()[0], message)
+    return serialize_head(b"HTTP/1.1 %b\r\n" % status, [
+        (b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body)), (b"Connection", b"close"),
+        (b"X-Chaosproxy-Error", error)]) + body
+
+
+BAD_REQUEST = refusal(b"400 Bad Request", b"bad-request", b"malformed HTTP request")
+REQUEST_TIMEOUT = refusal(b"408 Request Timeout", b"head-timeout", b"the request head took too long")
+HEAD_TOO_LARGE = refusal(b"431 Request Header Fields Too Large", b"head-too-large",
+                         b"the request line, a header line or the head is over its limit")
+
+
 class Handler(Protocol):
     """The proxy as a client connection sees it: called once per request, in order, when it is its turn."""
 
     session_header: bytes  # lower case; its first value in a request is `Head.watched`
+    limits: ClientLimits
+    connections: set[ClientConnection]  # open ones, for `ClientConnection.overdue`
+
 
     def handle(self, exchange: ClientExchange) -> None: ...
 
@@ -590,9 +630,16 @@ class ClientConnection(_Wire):
         self.receiving = False  # inside data_received: upstream writes are corked until it returns
         self._piece = self._head_piece = None
         self.corked: list[UpstreamConnection] = []
+        self.limits = limits = handler.limits
+        self.in_head = False  # a request head has begun and is not complete
+        self.head_size = 0  # the bytes of the pieces of input it has been arriving in
+        self.header_bytes = 0  # the bytes of its header fields (and trailers) parsed so far
+        self.lingering = False  # refused: what the client still sends is read and dropped until it stops
+        self.since = limits.clock  # when the head began, or (nothing queued) when the connection fell idle
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handler.connections.add(self)
         self.transport = cast(asyncio.Transport, transport)  # (a uvloop transport is none, but quacks like one)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -602,6 +649,8 @@ class ClientConnection(_Wire):
         self.transport.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return
         if self.upgrading:
             if self.tunnel is not None:
                 self.tunnel.send(data)
@@ -614,11 +663,19 @@ class ClientConnection(_Wire):
         self._piece = None if self._mid_message else data
         try:
             self.parser.feed_data(data)
+            if self.in_head:
+                self.head_size += len(data)
+                if self.head_size > self.limits.max_head:
+                    raise HeadTooLarge(f"a request head over {self.limits.max_head} bytes")
         except httptools.HttpParserUpgrade as exc:
             self.upgrading = True
             self.tunnel_pending += data[exc.args[0]:]
-        except httptools.HttpParserError as exc:
-            self._bad_input(exc)
+        except (httptools.HttpParserError, HeadTooLarge) as exc:
+            if isinstance(exc, HeadTooLarge) or isinstance(exc.__context__, HeadTooLarge):
+                self.limits.refused["head_too_large"] += 1
+                self._bad_input(exc, HEAD_TOO_LARGE)
+            else:
+                self._bad_input(exc)
         finally:
             self.receiving = False
             self._piece = self._head_piece = None
@@ -632,6 +689,7 @@ class ClientConnection(_Wire):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.handler.connections.discard(self)
         if self.tunnel is not None:
             self.tunnel.transport.close()
         gone = ConnectionResetError("the client went away")
@@ -657,11 +715,29 @@ class ClientConnection(_Wire):
         self._trailers = None
         self._mid_message = True  # a message began: the piece it starts, if it starts one
         self._head_piece, self._piece = self._piece, None
+        self.in_head = True
+        self.head_size = self.header_bytes = 0
+        self.since = self.limits.clock
 
     def on_url(self, url: bytes) -> None:
+        if len(self._url) + len(url) > self.limits.max_line:
+            raise HeadTooLarge(f"a request line over {self.limits.max_line} bytes")
         self._url += url
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        size = len(name) + len(value)
+        if size > self.limits.max_line:
+            raise HeadTooLarge(f"a header line over {self.limits.max_line} bytes")
+        self.header_bytes = size = self.header_bytes + size
+        if size > self.limits.max_head:
+            raise HeadTooLarge(f"headers over {self.limits.max_head} bytes")
+        if self._trailers is not None:
+            self._trailers.append((name, value))
+        else:
+            self._headers.append((name, value))
+
     def on_headers_complete(self) -> None:
+        self.in_head = False
         parser = self.parser
         if self._head_piece is not None and not self.queue:
             exchange = self.handler.relay_plain(self, self._url, self._headers, self._head_piece)
@@ -740,6 +816,37 @@ class ClientConnection(_Wire):
             self.resume_reading()
         if self.queue:
             self.handler.handle(self.queue[0])
+        elif not self.in_head:
+            self.since = self.limits.clock
+
+    def refuse(self, refusal: bytes) -> None:
+        """Answer `refusal` and close, the way nginx's lingering close does: the client's unread input is
+        read and dropped for a while first, so that closing does not reset the connection and lose the
+        answer before the client reads it."""
+        self.lingering = True
+        self.transport.write(refusal)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+
+    def overdue(self, now: float) -> str | None:
+        """Whether the connection is to be closed at `now` for taking too long over a head (answered
+        408) or for sitting idle with nothing asked: which timeout it met, or None."""
+        if self.queue or self.lost or self.upgrading or self.lingering:
+            return None  # being answered (a pipelined head waits its turn), or a tunnel
+        limits = self.limits
+        if self.in_head:
+            if now - self.since < limits.head_timeout:
+                return None
+            self.refuse(REQUEST_TIMEOUT)
+            kind = "head_timeout"
+        elif now - self.since < limits.idle_timeout:
+            return None
+        else:
+            kind = "idle_timeout"
+            self.transport.close()
+        limits.refused[kind] += 1
+        return kind
 
     def start_tunnel(self, upstream: UpstreamConnection) -> None:
         """After a 101: from now on the connection is a byte pipe to `upstream` both ways."""
@@ -753,18 +860,15 @@ class ClientConnection(_Wire):
             self.resume_reading()
         self.upgrading = True
 
-    def _bad_input(self, exc: Exception) -> None:
-        """Input the parser refuses: a 400 when nothing is being answered, else just the end."""
+    def _bad_input(self, exc: Exception, refusal: bytes = BAD_REQUEST) -> None:
+        """Input the parser refuses (or a head over its limits): `refusal` when nothing is being
+        answered, else just the end."""
         if self.parsing is not None and not self.parsing.body.done:
             self.parsing.body.fail(ConnectionResetError(f"bad request framing: {exc}"))
-        self.transport.pause_reading()
         if not self.queue:
-            body = b'{"error":{"code":400,"message":"chaosproxy: malformed HTTP request"}}'
-            self.transport.write(serialize_head(b"HTTP/1.1 400 Bad Request\r\n", [
-                (b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body)),
-                (b"Connection", b"close"), (b"X-Chaosproxy-Error", b"bad-request")]) + body)
-            self.transport.close()
+            self.refuse(refusal)
         else:
+            self.transport.pause_reading()
             for exchange in self.queue:
                 exchange.close_after = True
 

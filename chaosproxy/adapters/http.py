@@ -20,6 +20,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,7 +31,7 @@ from yarl import URL
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
-    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, Head,
+    AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, ClientLimits, Head,
     Headers, UpstreamConnection, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
     serialize_head, without_keep_alive,
 )
@@ -41,6 +42,7 @@ from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase, parse_rpc, rpc_call
+from chaosproxy.redact import redacted_url
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",
@@ -153,7 +155,7 @@ class Route:
         url = URL(upstream)
         self.prefix = prefix.rstrip("/")
         self.name = self.prefix.lstrip("/") or "default"
-        self.upstream = str(url).rstrip("/")
+        self.upstream = redacted_url(str(url)).rstrip("/")  # what logs, spans and errors show
         self.base_path = url.raw_path.rstrip("/").encode()
         port = b":%d" % url.port if url.port is not None and not url.is_default_port() else b""
         self.host_header = (url.raw_host or "").encode() + port
@@ -241,8 +243,12 @@ class HttpProxy:
     """Reverse proxy from one listener to one upstream, or to several by path prefix (routes)."""
 
     def __init__(self, engine: Engine, upstream: str | Mapping[str, str], *, transport: str = "http",
-                 upstream_timeout: float = UPSTREAM_TIMEOUT, max_message_bytes: int = RULE_BODY_LIMIT) -> None:
+                 upstream_timeout: float = UPSTREAM_TIMEOUT, max_message_bytes: int = RULE_BODY_LIMIT,
+                 limits: ClientLimits | None = None) -> None:
         self.engine = engine
+        self.limits = limits or ClientLimits()
+        self.connections: set[ClientConnection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
         self.transport = transport
         self.upstream_timeout = upstream_timeout
         self.max_message_bytes = max_message_bytes
@@ -263,10 +269,30 @@ class HttpProxy:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
                                                 reuse_address=True, backlog=1024)
+        self.limits.clock = loop.time()
+        self._sweep = loop.call_later(self._sweep_every(), self._close_overdue)
         sockets: Any = getattr(self._server, "sockets")  # a list under uvloop; typeshed says a tuple
         return sockets[0].getsockname()[1]
 
+    def _sweep_every(self) -> float:
+        """How often overdue connections are looked for: the timeouts are kept to within this."""
+        return min(1.0, self.limits.head_timeout / 4, self.limits.idle_timeout / 4)
+
+    def _close_overdue(self) -> None:
+        """Close the connections that took too long over a head or sat idle too long (ClientConnection.overdue),
+        and advance the clock they are judged by."""
+        loop = asyncio.get_running_loop()
+        now = self.limits.clock = loop.time()
+        for conn in list(self.connections):
+            try:
+                conn.overdue(now)
+            except Exception:  # one connection's failure must not keep the others open
+                ops.exception("closing an overdue client connection failed")
+        self._sweep = loop.call_later(self._sweep_every(), self._close_overdue)
+
     async def stop(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -1337,12 +1363,13 @@ def _mirror_rpc_headers(headers: Headers, msg: Message) -> Headers:
             for name, value in headers]
 
 
+REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}  # made at import: see _reason
+
+
 def _reason(status: int) -> bytes:
-    from http import HTTPStatus
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b"Unknown"
+    """A status's reason phrase. Nothing here may need a file or much memory: a 502 for running out of
+    open files is built by this."""
+    return REASONS.get(status, b"Unknown")
 
 
 def _upstream_error(upstream: str, exc: BaseException, timed_out: bool) -> Respond:
