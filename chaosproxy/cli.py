@@ -18,6 +18,7 @@ from chaosproxy import __version__
 from chaosproxy.adapters import compiled
 from chaosproxy.drill import command as drill_command
 from chaosproxy.log import ops, setup_operational_log
+from chaosproxy.redact import redacted_url
 from chaosproxy.report import command as report_command
 from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario
 
@@ -220,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ScenarioError, ValueError, argparse.ArgumentTypeError) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    targets = ", ".join(f"{prefix} {url}" for prefix, url in routes.items())
+    targets = ", ".join(f"{prefix} {redacted_url(url)}" for prefix, url in routes.items())
     return _serve(args, scenario, lambda engine: HttpProxy(engine, routes, upstream_timeout=args.upstream_timeout,
                                                            max_message_bytes=int(args.max_message_mib * (1 << 20))),
                   lambda host, port: f"listening on http://{host}:{port} -> {targets}")
