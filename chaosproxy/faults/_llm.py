@@ -7,6 +7,7 @@ requests (the tool calls the model made), `llm/completion` (the model's reply as
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Callable
@@ -50,7 +51,7 @@ class PromptFault(LlmFault):
         if text is None:
             return None
         new = self.reword(text, ctx.rng)
-        return with_prompt(ctx.message, new) if new != text else None
+        return with_prompt(ctx.message, new, text_change(text, new)) if new != text else None
 
 
 class ToolCallFault(LlmFault):
@@ -63,13 +64,19 @@ class ToolCallFault(LlmFault):
                ctx: FaultContext) -> dict[str, Any] | Skip | None:
         raise NotImplementedError
 
+    def effect(self, params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+        """What the change did, for the log line (small: no argument values)."""
+        return {}
+
     def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         arguments = call_arguments(ctx.message)
         rpc = ctx.message.rpc
         if arguments is None or rpc is None:
             return None
         params = self.change(rpc["params"], arguments, ctx)
-        return Rewrite({**rpc, "params": params}) if isinstance(params, dict) else params
+        if not isinstance(params, dict):
+            return params
+        return Rewrite({**rpc, "params": params}, effect=self.effect(rpc["params"], params))
 
 
 def prompt_text(msg: Message) -> str | None:
@@ -81,11 +88,37 @@ def prompt_text(msg: Message) -> str | None:
     return text if isinstance(text, str) and text.strip() else None
 
 
-def with_prompt(msg: Message, text: str) -> Rewrite:
+def with_prompt(msg: Message, text: str, effect: dict[str, Any]) -> Rewrite:
     """The prompt message with this text instead."""
     rpc = msg.rpc
     assert rpc is not None
-    return Rewrite({**rpc, "params": {**rpc["params"], "text": text}})
+    return Rewrite({**rpc, "params": {**rpc["params"], "text": text}}, effect=effect)
+
+
+def text_change(old: str, new: str) -> dict[str, Any]:
+    """How a text was reworded, for the log line, without the text (it is the user's): its length before
+    and after, and where it changed. Word for word when the words still line up (typos never touch
+    spaces): how many words and characters changed, and the first offsets; else the span that changed."""
+    before = [(found.start(), found.group()) for found in _WORD.finditer(old)]
+    after = _WORD.findall(new)
+    effect: dict[str, Any] = {"chars": [len(old), len(new)]}
+    if len(before) != len(after):
+        head, tail = _shared_ends(old, new)
+        return effect | {"changed_span": [head, len(old) - tail]}
+    changed = [(at, word, other) for (at, word), other in zip(before, after, strict=True) if word != other]
+    chars = sum(max(len(word), len(other)) - sum(_shared_ends(word, other)) for _, word, other in changed)
+    return effect | {"words_changed": len(changed), "chars_changed": chars,
+                     "at": [at for at, _, _ in changed[:MAX_OFFSETS]]}
+
+
+_WORD = re.compile(r"\S+")
+MAX_OFFSETS = 8  # offsets a log line lists of what changed (the count says how many there were)
+
+
+def _shared_ends(a: str, b: str) -> tuple[int, int]:
+    """How long a head and a (not overlapping) tail two texts share."""
+    head = len(os.path.commonprefix([a, b]))
+    return head, len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
 
 
 def outside_protected(text: str, edit: Callable[[str], str]) -> str:
@@ -110,4 +143,5 @@ def call_arguments(msg: Message) -> dict[str, Any] | None:
 
 
 def is_stream(msg: Message) -> bool:
+    """Whether the reply to a tool call's exchange is streamed (the relay's tools/call messages say so)."""
     return "text/event-stream" in msg.headers.get("Content-Type", "")

@@ -6,9 +6,14 @@ from pydantic import Field
 
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 from chaosproxy.llm.actions import EmptyCompletion as Empty
 from chaosproxy.llm.view import COMPLETION
 from chaosproxy.message import Phase
+
+# api -> mode -> how the reply then ends: its finish or stop reason (a Responses reply: its status)
+STOP = {OPENAI_CHAT: {"empty": "stop", "length": "length"}, ANTHROPIC: {"empty": "end_turn", "length": "max_tokens"},
+        OPENAI_RESPONSES: {"empty": "completed", "length": "incomplete"}}
 
 
 @register
@@ -17,14 +22,16 @@ class EmptyCompletion(LlmFault):
 
     type: Literal["empty_completion"] = "empty_completion"
     mode: Literal["empty", "length"] = Field("empty", description=(
-        "empty: no text and no tool calls; length: the text cut short, no tool calls, and the "
-        "provider's token-limit stop reason"))
+        "empty: no text, no tool calls, no reasoning; length: the text cut short, no tool calls or reasoning, "
+        "and the provider's token-limit stop reason. A reply with no output is left as it is"))
 
     component = Component.TRANSITION
     acts_on = Phase.RESPONSE
     target = "completion"
+    methods = frozenset({COMPLETION})
 
     def act(self, ctx: FaultContext) -> Empty | None:
-        if ctx.message.api is None or ctx.message.method != COMPLETION:
+        api = ctx.message.api
+        if api is None or ctx.message.method != COMPLETION:
             return None
-        return Empty(self.mode)
+        return Empty(self.mode, STOP[api][self.mode])

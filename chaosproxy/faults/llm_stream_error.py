@@ -4,11 +4,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.faults._llm import LlmFault, is_stream
+from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
 from chaosproxy.llm import errors
 from chaosproxy.llm.actions import StreamError
-from chaosproxy.llm.view import COMPLETION
+from chaosproxy.llm.view import STREAM_EVENT
 from chaosproxy.message import Phase
 
 
@@ -18,15 +18,20 @@ class LlmStreamError(LlmFault):
 
     type: Literal["llm_stream_error"] = "llm_stream_error"
     kind: errors.Kind = Field("overloaded", description="which error the event reports (see llm_error)")
-    after_events: int = Field(2, ge=0, description="events relayed before the error event")
+    after_events: int = Field(2, ge=0, description=(
+        "events the agent gets before the error event (0: right after the 200); a shorter reply ends as it "
+        "would, and the fault does not fire"))
 
     component = Component.TRANSITION
     acts_on = Phase.RESPONSE
     target = "completion"
+    # Asked where a stream is `after_events` events in, with the next one about to go: it fires when sent.
+    methods = frozenset({STREAM_EVENT})
 
     def act(self, ctx: FaultContext) -> StreamError | None:
         msg = ctx.message
-        if msg.api is None or msg.method != COMPLETION or not is_stream(msg):
+        rpc = msg.rpc or {}
+        if msg.api is None or (rpc.get("params") or {}).get("relayed") != self.after_events:
             return None
         event, data = errors.stream_error(msg.api, self.kind, msg.model)
-        return StreamError(self.after_events, event, data)
+        return StreamError(self.after_events, event, data, errors.error_name(msg.api, self.kind))

@@ -34,6 +34,35 @@ class MalformedToolCall(ToolCallFault):
             broken = text[: max(1, len(text) // 2)] if self.kind == "truncated" else _python_style(arguments)
         return {**params, "arguments": broken}
 
+    def effect(self, params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+        """wrong_types: each argument's type before and after; else the JSON text's length before and after."""
+        before, after = params.get("arguments"), changed["arguments"]
+        if isinstance(after, dict) and isinstance(before, dict):
+            retyped = {key[:MAX_NAME]: f"{_kind(before[key])} -> {_kind(value)}"
+                       for key, value in list(after.items())[:MAX_ARGUMENTS]}
+            return {"kind": self.kind, "arguments": retyped, "count": len(after)}
+        return {"kind": self.kind, "chars": [len(orjson.dumps(before)), len(after)]}
+
+
+MAX_ARGUMENTS = 8  # arguments a log line names (`count` says how many there were)
+MAX_NAME = 64
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type, as JSON Schema names it."""
+    match value:
+        case bool():
+            return "boolean"
+        case int() | float():
+            return "number"
+        case str():
+            return "string"
+        case list():
+            return "array"
+        case dict():
+            return "object"
+    return "null"
+
 
 def _retyped(value: Any) -> Any:
     match value:

@@ -13,11 +13,11 @@ from typing import Any
 import orjson
 
 from chaosproxy.llm import stream, view
+from chaosproxy.llm.actions import EmptyCompletion
 from chaosproxy.llm.view import FormatError, Reply, Request, ToolCall, ToolResult
 
 API = "anthropic"
 TEXT = "text"
-STOP = {"empty": "end_turn", "length": "max_tokens"}
 
 
 def parse_request(body: dict[str, Any]) -> Request:
@@ -93,66 +93,97 @@ def parse_reply(body: dict[str, Any]) -> Reply:
         raise FormatError("not a message object with content blocks")
     calls = [_call(block) for block in content if isinstance(block, dict) and _is_tool_use(block)]
 
-    def empty(mode: str) -> None:
+    def empty(action: EmptyCompletion) -> None:
         text = "".join(block.get("text", "") for block in content if isinstance(block, dict)
                        and block.get("type") == TEXT)
-        body["content"] = [{"type": "text", "text": text[: len(text) // 2]}] if mode == "length" and text else []
-        body["stop_reason"] = STOP[mode]
+        body["content"] = [{"type": "text", "text": text[: len(text) // 2]}] if action.mode == "length" and text else []
+        body["stop_reason"] = action.stop
 
-    return Reply(calls, empty)
+    return Reply(calls, bool(content), empty)
 
 
 class Editor(stream.Editor):
-    """Events pass as they come; a tool_use block is held from its start to its stop, then sent whole
-    (start, one input_json_delta with the complete input, stop)."""
+    """Events pass as they come. A tool_use block some rule may change is held (with what comes after
+    it) from its start to its stop; when a fault changed it, its start names the tool as the agent
+    knows it, its first input_json_delta carries the whole input and its later ones are emptied.
 
-    def __init__(self, plan: stream.StreamPlan) -> None:
-        super().__init__(plan)
-        self.held: dict[int, dict[str, Any]] = {}  # block index -> its start event's block, and its input
+    An empty or cut-off reply keeps only text blocks (none when empty), numbered from 0 again, as the
+    whole reply keeps only its text: no thinking block is left without its thinking and signature."""
+
+    def __init__(self, decisions: stream.Decisions) -> None:
+        super().__init__(decisions)
+        self.calls: dict[Any, stream.HeldCall] = {}  # block index -> the tool_use block's call
+        self.blocks: dict[Any, int | None] = {}  # an empty reply: block index -> its new index (None: dropped)
         self.shown = 0  # characters of text sent (for a cut-off reply)
 
-    def edit(self, event: bytes) -> list[bytes]:
-        name, data = stream.parse(event)
+    def edit(self, event: stream.Event) -> list[stream.Event]:
+        data, name = event.data, event.name
         if not isinstance(data, dict):
             return [event]
+        if name == "content_block_start":
+            self.output_starts()
+        if self.empty is not None:
+            return self._emptied(event, data)
         index = data.get("index")
+        call = self.calls.get(index) if name in ("content_block_delta", "content_block_stop") else None
         match name:
             case "content_block_start" if isinstance(block := data.get("content_block"), dict) \
                     and block.get("type") == "tool_use":
-                self.held[index] = {"block": block, "input": ""}
-                return []
-            case "content_block_delta" if index in self.held:
-                delta = data.get("delta") or {}
-                self.held[index]["input"] += delta.get("partial_json") or ""
-                return []
-            case "content_block_stop" if index in self.held:
-                return self._flush(index, event)
-            case "content_block_delta" if self.plan.empty is not None:
-                return self._cut(data)
-            case "message_delta" if self.plan.empty is not None:
-                delta = data.get("delta") or {}
-                return [stream.frame({**data, "delta": {**delta, "stop_reason": STOP[self.plan.empty]}}, name)]
+                self.calls[index] = self.hold(event, stream.HeldCall(str(block.get("id")), str(block.get("name")),
+                                                                     key=index))
+            case "content_block_delta" if call is not None and not call.complete:
+                delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+                call.arguments += delta.get("partial_json") if isinstance(delta.get("partial_json"), str) else ""
+                call.events.append(event)
+            case "content_block_stop" if call is not None and not call.complete:
+                call.events.append(event)
+                self.completed(call)
         return [event]
 
-    def _cut(self, data: dict[str, Any]) -> list[bytes]:
-        delta = data.get("delta") or {}
-        text = delta.get("text")
-        if not isinstance(text, str):
-            return []
-        allowed = max(0, 40 - self.shown) if self.plan.empty == "length" else 0
-        self.shown += len(text)
-        return [stream.frame({**data, "delta": {**delta, "text": text[:allowed]}}, "content_block_delta")] \
-            if allowed else []
+    def rewrite(self, call: stream.HeldCall, edited: ToolCall) -> None:
+        start, *rest = call.events
+        if edited.name != call.name:
+            start.change()["content_block"]["name"] = edited.name
+        if edited.arguments == call.arguments:
+            return
+        deltas = [event for event in rest if event.name == "content_block_delta"]
+        if not deltas:  # an input sent whole in the start's `input`: the new one follows it
+            start.extra = stream.frame({"type": "content_block_delta", "index": call.key, "delta": {
+                "type": "input_json_delta", "partial_json": edited.arguments}}, "content_block_delta")
+        for n, event in enumerate(deltas):
+            event.change()["delta"] = {**event.data["delta"], "partial_json": edited.arguments if n == 0 else ""}
 
-    def _flush(self, index: int, stop: bytes) -> list[bytes]:
-        held = self.held.pop(index)
-        if self.plan.empty is not None:
+    def _emptied(self, event: stream.Event, data: dict[str, Any]) -> list[stream.Event]:
+        assert self.empty is not None
+        index = data.get("index")
+        match event.name:
+            case "content_block_start":
+                block = data.get("content_block") if isinstance(data.get("content_block"), dict) else {}
+                kept = self.empty.mode == "length" and block.get("type") == TEXT and self.shown < stream.CUT_OFF_CHARS
+                self.blocks[index] = sum(new is not None for new in self.blocks.values()) if kept else None
+            case "content_block_delta" | "content_block_stop":
+                if self.blocks.get(index) is None or not self._cut(event, data):
+                    return []
+            case "message_delta" if isinstance(delta := data.get("delta"), dict) \
+                    and delta.get("stop_reason") != self.empty.stop:
+                event.change()["delta"] = {**delta, "stop_reason": self.empty.stop}
+                return [event]
+            case _:
+                return [event]
+        new = self.blocks.get(index)
+        if new is None:
             return []
-        block = held["block"]
-        call = self.call(ToolCall(str(block.get("id")), str(block.get("name")), held["input"]))
-        return [stream.frame({"type": "content_block_start", "index": index,
-                              "content_block": {**block, "name": call.name}}, "content_block_start"),
-                stream.frame({"type": "content_block_delta", "index": index,
-                              "delta": {"type": "input_json_delta", "partial_json": call.arguments}},
-                             "content_block_delta"),
-                stop]
+        if new != index:
+            event.change()["index"] = new
+        return [event]
+
+    def _cut(self, event: stream.Event, data: dict[str, Any]) -> bool:
+        """Whether a kept text block's event still says something once its text is cut to what may show."""
+        delta = data.get("delta")
+        if not isinstance(delta, dict) or not isinstance(text := delta.get("text"), str):
+            return True
+        allowed = max(0, stream.CUT_OFF_CHARS - self.shown)
+        self.shown += len(text)
+        if len(text) > allowed:
+            event.change()["delta"] = {**delta, "text": text[:allowed]}
+        return allowed > 0

@@ -32,6 +32,7 @@ _OPENAI: dict[str, tuple[int, str | None, str, str]] = {
                        "This model's maximum context length is 128000 tokens. However, your messages resulted "
                        "in 131072 tokens. Please reduce the length of the messages."),
 }
+_RESPONSES_CONTEXT_LENGTH = "Your input exceeds the context window of this model. Please adjust your input and try again."
 # kind -> status, error type, message
 _ANTHROPIC: dict[str, tuple[int, str, str]] = {
     "rate_limit": (429, "rate_limit_error",
@@ -44,11 +45,13 @@ _ANTHROPIC: dict[str, tuple[int, str, str]] = {
 }
 
 
-def _openai_error(kind: str, model: str | None, retry_after_s: float | None) -> dict[str, Any]:
+def _openai_error(api: str, kind: str, model: str | None, retry_after_s: float | None) -> dict[str, Any]:
     _, code, kind_type, message = _OPENAI[kind]
+    param = None
+    if kind == "context_length":  # the parameter that is too long: the Responses API has `input`, not `messages`
+        message, param = (_RESPONSES_CONTEXT_LENGTH, "input") if api == OPENAI_RESPONSES else (message, "messages")
     text = message.format(model=model or "the model", retry=f"{retry_after_s or 1:g}")
-    return {"message": text, "type": kind_type, "param": "messages" if kind == "context_length" else None,
-            "code": code}
+    return {"message": text, "type": kind_type, "param": param, "code": code}
 
 
 def _anthropic_error(kind: str) -> dict[str, Any]:
@@ -66,21 +69,31 @@ def error_response(api: str, kind: str, *, model: str | None, retry_after_s: flo
         headers["request-id"] = "req_chaosproxy"
     else:
         status = _OPENAI[kind][0]
-        body = {"error": _openai_error(kind, model, retry_after_s)}
+        body = {"error": _openai_error(api, kind, model, retry_after_s)}
         headers["x-request-id"] = "req_chaosproxy"
     if retry_after_s is not None:
         headers["retry-after"] = str(math.ceil(retry_after_s))
         headers["retry-after-ms"] = str(round(retry_after_s * 1000))
     if should_retry is not None:
         headers["x-should-retry"] = "true" if should_retry else "false"
-    return Respond(status, orjson.dumps(body), headers)
+    effect = {"error": error_name(api, kind), "retry_after_s": retry_after_s, "should_retry": should_retry}
+    return Respond(status, orjson.dumps(body), headers,
+                   effect={key: value for key, value in effect.items() if value is not None})
+
+
+def error_name(api: str, kind: str) -> str:
+    """The error's code (OpenAI) or type (Anthropic): what the agent's SDK reports, and the log line says."""
+    if api == ANTHROPIC:
+        return _ANTHROPIC[kind][1]
+    _, code, kind_type, _ = _OPENAI[kind]
+    return code or kind_type
 
 
 def stream_error(api: str, kind: str, model: str | None) -> tuple[str, bytes]:
     """The error event a provider sends mid-stream after a 200: its event name ("" for none) and data."""
     if api == ANTHROPIC:
         return "error", orjson.dumps(_anthropic_error(kind))
-    error = _openai_error(kind, model, None)
+    error = _openai_error(api, kind, model, None)
     if api == OPENAI_RESPONSES:
         return "error", orjson.dumps({"type": "error", "code": error["code"] or error["type"],
                                       "message": error["message"], "param": error["param"]})

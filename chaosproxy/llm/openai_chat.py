@@ -12,6 +12,7 @@ from typing import Any
 
 from chaosproxy import streams
 from chaosproxy.llm import stream, view
+from chaosproxy.llm.actions import EmptyCompletion
 from chaosproxy.llm.view import FormatError, Reply, Request, ToolCall
 
 API = "openai-chat"
@@ -70,18 +71,20 @@ def parse_reply(body: dict[str, Any]) -> Reply:
     choices = body.get("choices")
     if body.get("object") not in (None, "chat.completion") or not isinstance(choices, list):
         raise FormatError("not a chat.completion object with choices")
-    calls = [call for choice in choices if isinstance(choice, dict) and isinstance(choice.get("message"), dict)
-             for entry in choice["message"].get("tool_calls") or [] if (call := _call(entry))]
+    messages = [choice["message"] for choice in choices
+                if isinstance(choice, dict) and isinstance(choice.get("message"), dict)]
+    calls = [call for message in messages for entry in message.get("tool_calls") or [] if (call := _call(entry))]
 
-    def empty(mode: str) -> None:
+    def empty(action: EmptyCompletion) -> None:
         for choice in choices:
             message = choice.get("message") if isinstance(choice, dict) else None
             if isinstance(message, dict):
                 message.pop("tool_calls", None)
-                message["content"] = _cut(message.get("content"), mode)
-                choice["finish_reason"] = "length" if mode == "length" else "stop"
+                message["content"] = _cut(message.get("content"), action.mode)
+                choice["finish_reason"] = action.stop
 
-    return Reply(calls, empty)
+    has_output = any(message.get("content") or message.get("tool_calls") for message in messages)
+    return Reply(calls, has_output, empty)
 
 
 def _cut(content: Any, mode: str) -> str:
@@ -91,87 +94,107 @@ def _cut(content: Any, mode: str) -> str:
 
 
 class Editor(stream.Editor):
-    """Chunks pass as they come; a tool call's deltas are held until its choice finishes, then sent
-    as one delta with the whole (possibly rewritten) call."""
+    """Chunks pass as they come. A tool call some rule may change is held (with what comes after it)
+    until its choice finishes; when a fault changed it, its first piece carries the call as the agent
+    gets it, in the chunk it came in, with every other field kept, and its later pieces are emptied."""
 
-    def __init__(self, plan: stream.StreamPlan) -> None:
-        super().__init__(plan)
-        self.held: dict[int, dict[int, dict[str, Any]]] = {}  # choice -> tool index -> id, name, arguments
-        self.envelope: dict[str, Any] | None = None
-        self.shown: dict[int, int] = {}  # choice -> characters of content sent (for a cut-off reply)
+    def __init__(self, decisions: stream.Decisions) -> None:
+        super().__init__(decisions)
+        self.calls: dict[tuple[Any, Any], stream.HeldCall] = {}  # (choice, tool index) -> the call
+        self.shown: dict[Any, int] = {}  # choice -> characters of content sent (for a cut-off reply)
 
-    def edit(self, event: bytes) -> list[bytes]:
-        _, chunk = stream.parse(event)
+    def edit(self, event: stream.Event) -> list[stream.Event]:
+        chunk = event.data
         if not isinstance(chunk, dict) or not isinstance(choices := chunk.get("choices"), list):
-            if streams.sse_data(event) == b"[DONE]":
-                return [*self._flush_all(), event]
+            if streams.sse_data(event.raw) == b"[DONE]":
+                for call in self.calls.values():
+                    self.completed(call)
             return [event]
-        self.envelope = self.envelope or {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
-        out: list[bytes] = []
-        kept = []
+        deltas = [(choice, choice["delta"]) for choice in choices
+                  if isinstance(choice, dict) and isinstance(choice.get("delta"), dict)]
+        if any(delta.get("content") or delta.get("tool_calls") for _, delta in deltas):
+            self.output_starts()
+        if self.empty is not None:
+            return self._emptied(event, chunk, choices)
+        for choice, delta in deltas:
+            index = choice.get("index", 0)
+            for position, piece in enumerate(delta.get("tool_calls") or []):
+                if isinstance(piece, dict):
+                    self._piece(event, (index, piece.get("index", position)), piece)
+            if choice.get("finish_reason") is not None:
+                for key, call in self.calls.items():
+                    if key[0] == index:
+                        self.completed(call)
+        return [event]
+
+    def _piece(self, event: stream.Event, key: tuple[Any, Any], piece: dict[str, Any]) -> None:
+        function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+        name = function.get("name") if isinstance(function.get("name"), str) else ""
+        call = self.calls.get(key)
+        if call is None:
+            call = self.calls[key] = self.hold(event, stream.HeldCall(str(piece.get("id")), name, key=key))
+        elif call.complete:
+            return
+        else:
+            call.name += name
+            if call.events[-1] is not event:
+                call.events.append(event)
+        if not call.complete and isinstance(arguments := function.get("arguments"), str):
+            call.arguments += arguments
+
+    def rewrite(self, call: stream.HeldCall, edited: ToolCall) -> None:
+        first = True
+        for event in call.events:
+            for piece in _pieces(event.data, call.key):
+                function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+                if first:
+                    new = {**function, "name": edited.name, "arguments": edited.arguments}
+                    first = False
+                else:
+                    new = {key: "" if key == "arguments" else value for key, value in function.items() if key != "name"}
+                if new != function:
+                    piece["function"] = new
+                    event.dirty = True
+
+    def _emptied(self, event: stream.Event, chunk: dict[str, Any], choices: list[Any]) -> list[stream.Event]:
+        """The chunk with no tool calls, its text cut (all of it, or past the first characters) and the
+        planned finish reason; a chunk left with nothing to say is not sent."""
+        assert self.empty is not None
+        kept: list[Any] = []
         changed = False
         for choice in choices:
             if not isinstance(choice, dict) or not isinstance(delta := choice.get("delta"), dict):
                 kept.append(choice)
                 continue
-            index = choice.get("index", 0)
-            new_delta = self._delta(index, delta)
-            changed = changed or new_delta is not delta
+            new = self._cut(choice.get("index", 0), {k: v for k, v in delta.items() if k != "tool_calls"})
             finished = choice.get("finish_reason") is not None
-            if finished:
-                out += self._flush(index)
-                if self.plan.empty is not None:
-                    choice = {**choice, "finish_reason": "length" if self.plan.empty == "length" else "stop"}
-                    changed = True
-            if new_delta or finished or set(choice) - {"index", "delta", "finish_reason", "logprobs"}:
-                kept.append({**choice, "delta": new_delta} if new_delta is not delta else choice)
-            else:
-                changed = True
+            new_choice = {**choice, "delta": new} | ({"finish_reason": self.empty.stop} if finished else {})
+            changed |= new_choice != choice
+            if new or finished or set(choice) - {"index", "delta", "finish_reason", "logprobs"}:
+                kept.append(new_choice)
         if not changed:
-            return [*out, event]
-        if kept or not choices or "usage" in chunk and chunk["usage"]:
-            out.append(stream.frame({**chunk, "choices": kept}))
-        return out
-
-    def _delta(self, index: int, delta: dict[str, Any]) -> dict[str, Any]:
-        """The delta with its tool-call pieces taken into `held` (and its content cut, if planned)."""
-        new = delta
-        if "tool_calls" in delta:
-            for piece in delta["tool_calls"] or []:
-                if not isinstance(piece, dict):
-                    continue
-                call = self.held.setdefault(index, {}).setdefault(piece.get("index", 0),
-                                                                 {"id": None, "name": "", "arguments": ""})
-                function = piece.get("function") or {}
-                call["id"] = piece.get("id") or call["id"]
-                call["name"] += function.get("name") or ""
-                call["arguments"] += function.get("arguments") or ""
-            new = {k: v for k, v in delta.items() if k != "tool_calls"}
-        if self.plan.empty is not None and isinstance(text := new.get("content"), str) and text:
-            if self.plan.empty == "length":  # let the first 40 characters through, as a short answer would
-                allowed = max(0, 40 - self.shown.get(index, 0))
-                self.shown[index] = self.shown.get(index, 0) + len(text)
-                text = text[:allowed]
-            else:
-                text = ""
-            new = {**new, "content": text} if text else {k: v for k, v in new.items() if k != "content"}
-        return new
-
-    def _flush(self, index: int) -> list[bytes]:
-        calls = self.held.pop(index, {})
-        if self.plan.empty is not None:
+            return [event]
+        if not kept and not chunk.get("usage"):
             return []
-        out = []
-        for position, call in sorted(calls.items()):
-            edited = self.call(ToolCall(str(call["id"]), call["name"], call["arguments"]))
-            piece = {"index": position, "id": call["id"], "type": "function",
-                     "function": {"name": edited.name, "arguments": edited.arguments}}
-            out.append(stream.frame({**(self.envelope or {}), "choices": [
-                {"index": index, "delta": {"tool_calls": [piece]}, "finish_reason": None}]}))
-        return out
+        event.data, event.dirty = {**chunk, "choices": kept}, True
+        return [event]
 
-    def _flush_all(self) -> list[bytes]:
-        return [event for index in sorted(self.held) for event in self._flush(index)]
+    def _cut(self, index: Any, delta: dict[str, Any]) -> dict[str, Any]:
+        text = delta.get("content")
+        if not isinstance(text, str) or not text:
+            return delta
+        assert self.empty is not None
+        allowed = 0
+        if self.empty.mode == "length":  # the first characters go, as a short answer's would
+            allowed = max(0, stream.CUT_OFF_CHARS - self.shown.get(index, 0))
+            self.shown[index] = self.shown.get(index, 0) + len(text)
+        text = text[:allowed]
+        return {**delta, "content": text} if text else {k: v for k, v in delta.items() if k != "content"}
 
-    def finish(self) -> list[bytes]:
-        return self._flush_all()
+
+def _pieces(chunk: dict[str, Any], key: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """The tool-call pieces of one call (by choice and tool index) in a chunk."""
+    return [piece for choice in chunk.get("choices") or [] if isinstance(choice, dict)
+            and choice.get("index", 0) == key[0] and isinstance(delta := choice.get("delta"), dict)
+            for position, piece in enumerate(delta.get("tool_calls") or [])
+            if isinstance(piece, dict) and piece.get("index", position) == key[1]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaosproxy.llm import stream, view
+from chaosproxy.llm.actions import EmptyCompletion
 from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall
 
 API = "openai-responses"
@@ -83,10 +84,10 @@ def parse_reply(body: dict[str, Any]) -> Reply:
     calls = [_call(item) for item in output if isinstance(item, dict) and item.get("type") == "function_call"
              and isinstance(item.get("name"), str)]
 
-    def empty(mode: str) -> None:
-        _empty_response(body, mode)
+    def empty(action: EmptyCompletion) -> None:
+        _empty_response(body, action.mode)
 
-    return Reply(calls, empty)
+    return Reply(calls, bool(output), empty)
 
 
 def _empty_response(response: dict[str, Any], mode: str) -> None:
@@ -98,89 +99,106 @@ def _empty_response(response: dict[str, Any], mode: str) -> None:
 
 
 class Editor(stream.Editor):
-    """Events pass as they come (renumbered once one is held); a function_call item is held from
-    `output_item.added` to `output_item.done`, then sent whole, and `response.completed` repeats it."""
+    """Events pass as they come. A function_call item some rule may change is held (with what comes after
+    it) from `output_item.added` to `output_item.done`; when a fault changed it, its events and the final
+    `response.completed` carry the call as the agent gets it (the first arguments delta the whole of it,
+    later ones emptied), so no event is added or removed and the sequence numbers stand.
 
-    def __init__(self, plan: stream.StreamPlan) -> None:
-        super().__init__(plan)
-        self.held: dict[str, dict[str, Any]] = {}  # item id -> the item as added, and its arguments
-        self.edited: dict[str, dict[str, Any]] = {}  # item id -> the item as sent
-        self.sequence: int | None = None
+    An empty or cut-off reply has no output items: every event of one is left out (reasoning summaries
+    included, as in the whole reply), the sequence numbers close up, and a cut-off one ends as the API's
+    does, with `response.incomplete`."""
+
+    def __init__(self, decisions: stream.Decisions) -> None:
+        super().__init__(decisions)
+        self.calls: dict[str, stream.HeldCall] = {}  # item id -> its call
+        self.edited: dict[str, tuple[str, str]] = {}  # item id -> the call's name and arguments, as sent
         self.snapshot: dict[str, Any] = {}  # the response as last announced (for response.failed)
+        self.next_sequence: int | None = None
+        self.left_out = 0  # events of an empty reply left out so far
 
-    def edit(self, event: bytes) -> list[bytes]:
-        name, data = stream.parse(event)
+    def edit(self, event: stream.Event) -> list[stream.Event]:
+        data, name = event.data, event.name
         if not isinstance(data, dict):
             return [event]
-        if self.sequence is None and isinstance(data.get("sequence_number"), int):
-            self.sequence = data["sequence_number"]
         if isinstance(data.get("response"), dict):
             self.snapshot = data["response"]
+        if name == "response.output_item.added":
+            self.output_starts()
+        if self.empty is not None:
+            return self._emptied(event, data)
         item = data.get("item") if isinstance(data.get("item"), dict) else {}
         item_id = item.get("id") or data.get("item_id")
+        call = self.calls.get(item_id) if isinstance(item_id, str) else None
+        held = call is not None and not call.complete
         match name:
-            case "response.output_item.added" if item.get("type") == "function_call":
-                self.held[item_id] = {"item": item, "arguments": "", "output_index": data.get("output_index")}
-                return []
-            case "response.function_call_arguments.delta" if item_id in self.held:
-                self.held[item_id]["arguments"] += data.get("delta") or ""
-                return []
-            case "response.function_call_arguments.done" if item_id in self.held:
-                self.held[item_id]["arguments"] = data.get("arguments") or self.held[item_id]["arguments"]
-                return []
-            case "response.output_item.done" if item_id in self.held:
-                return self._flush(item_id, item)
-            case _ if self.plan.empty is not None and name is not None and name.startswith(
-                    ("response.output_", "response.content_part.", "response.function_call_arguments.")):
-                return []
-            case _ if name in _FINAL and isinstance(data.get("response"), dict):
-                return [self._send(self._final(data), name)]
-        return [self._pass(event, data, name)]
+            case "response.output_item.added" if item.get("type") == "function_call" and isinstance(item_id, str):
+                self.calls[item_id] = self.hold(event, stream.HeldCall(str(item.get("call_id")), str(item.get("name")),
+                                                                       key=item_id))
+            case "response.function_call_arguments.delta" if held and isinstance(data.get("delta"), str):
+                call.arguments += data["delta"]
+                call.events.append(event)
+            case "response.function_call_arguments.done" if held and isinstance(data.get("arguments"), str):
+                call.arguments = data["arguments"]
+                call.events.append(event)
+            case "response.output_item.done" if held:
+                call.events.append(event)
+                self.completed(call)
+            case _ if name in _FINAL and self.edited and isinstance(output := self.snapshot.get("output"), list):
+                for entry in output:  # the snapshot is this event's response
+                    if isinstance(entry, dict) and (sent := self.edited.get(entry.get("id"))) is not None \
+                            and (entry.get("name"), entry.get("arguments")) != sent:
+                        entry["name"], entry["arguments"] = sent
+                        event.dirty = True
+        return [event]
 
-    def _pass(self, event: bytes, data: dict[str, Any], name: str | None) -> bytes:
-        """An event sent as it came, unless holding an earlier one means renumbering it."""
-        if self.sequence is None or data.get("sequence_number") == self.sequence:
-            self.sequence = self.sequence + 1 if self.sequence is not None else None
-            return event
-        return self._send(data, name)
+    def rewrite(self, call: stream.HeldCall, edited: ToolCall) -> None:
+        first_delta = True
+        for event in call.events:
+            data = event.data
+            match event.name:
+                case "response.output_item.added":
+                    _put(event, data["item"], name=edited.name)
+                case "response.function_call_arguments.delta":
+                    _put(event, data, delta=edited.arguments if first_delta else "")
+                    first_delta = False
+                case "response.function_call_arguments.done":
+                    _put(event, data, arguments=edited.arguments, **({"name": edited.name} if "name" in data else {}))
+                case "response.output_item.done":
+                    _put(event, data["item"], name=edited.name, arguments=edited.arguments)
+        self.edited[call.key] = (edited.name, edited.arguments)
 
-    def _final(self, data: dict[str, Any]) -> dict[str, Any]:
-        response = dict(data["response"])
-        if self.plan.empty is not None:
-            _empty_response(response, self.plan.empty)
-        elif isinstance(response.get("output"), list):
-            response["output"] = [self.edited.get(item.get("id"), item) if isinstance(item, dict) else item
-                                  for item in response["output"]]
-        return {**data, "response": response}
-
-    def _flush(self, item_id: str, done: dict[str, Any]) -> list[bytes]:
-        held = self.held.pop(item_id)
-        if self.plan.empty is not None:
+    def _emptied(self, event: stream.Event, data: dict[str, Any]) -> list[stream.Event]:
+        assert self.empty is not None
+        if "output_index" in data or "item_id" in data:  # an event of an output item
+            self.left_out += 1
             return []
-        item = held["item"]
-        call = self.call(ToolCall(str(item.get("call_id")), str(item.get("name")), held["arguments"]))
-        sent = {**done, "name": call.name, "arguments": call.arguments}
-        self.edited[item_id] = sent
-        where = {"output_index": held["output_index"]}
-        return [self._send({"type": "response.output_item.added", **where,
-                            "item": {**item, "name": call.name, "arguments": ""}}, "response.output_item.added"),
-                self._send({"type": "response.function_call_arguments.delta", "item_id": item_id, **where,
-                            "delta": call.arguments}, "response.function_call_arguments.delta"),
-                self._send({"type": "response.function_call_arguments.done", "item_id": item_id, **where,
-                            "name": call.name, "arguments": call.arguments}, "response.function_call_arguments.done"),
-                self._send({"type": "response.output_item.done", **where, "item": sent}, "response.output_item.done")]
+        if self.left_out and isinstance(number := data.get("sequence_number"), int):
+            event.change()["sequence_number"] = number - self.left_out
+        if event.name in _FINAL and isinstance(response := data.get("response"), dict):
+            response = dict(response)
+            _empty_response(response, self.empty.mode)
+            name = "response.incomplete" if self.empty.mode == "length" else event.name
+            event.raw, event.data, event.dirty = stream.frame({**data, "type": name, "response": response}, name), \
+                None, False
+        return [event]
 
-    def _send(self, data: dict[str, Any], name: str | None) -> bytes:
-        """The event with the next sequence number (events held or dropped leave no gap)."""
-        if self.sequence is not None:
-            data = {**data, "sequence_number": self.sequence}
-            self.sequence += 1
-        return stream.frame(data, name)
+    def sent(self, event: stream.Event) -> None:
+        if isinstance(event.data, dict) and isinstance(number := event.data.get("sequence_number"), int):
+            self.next_sequence = number + 1
 
-    def error_events(self) -> list[bytes]:
-        name, raw = self.plan.error or ("error", b"{}")
-        error = stream.parse(b"data: " + raw + b"\n\n")[1] or {}
+    def error_events(self, name: str, data: bytes) -> list[bytes]:
+        error = stream.parse(b"data: " + data + b"\n\n").data or {}
+        numbered = {"sequence_number": self.next_sequence} if self.next_sequence is not None else {}
         failed = {**self.snapshot, "status": "failed",
                   "error": {"code": error.get("code"), "message": error.get("message")}}
-        return [self._send(error, name), self._send({"type": "response.failed", "response": failed},
-                                                   "response.failed")]
+        after = {"sequence_number": self.next_sequence + 1} if self.next_sequence is not None else {}
+        return [stream.frame({**error, **numbered}, name),
+                stream.frame({"type": "response.failed", "response": failed, **after}, "response.failed")]
+
+
+def _put(event: stream.Event, holder: dict[str, Any], **values: Any) -> None:
+    """Set `values` in a part of an event's data; the event goes re-serialised if that changed it."""
+    for key, value in values.items():
+        if holder.get(key) != value:
+            holder[key] = value
+            event.dirty = True

@@ -12,6 +12,7 @@ session, bounded) and done again to its resends: the model never sees its past c
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
@@ -22,16 +23,17 @@ from typing import Any
 import orjson
 
 from chaosproxy import streams
-from chaosproxy.actions import Garble
+from chaosproxy.actions import Garble, Rewrite
 from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
-from chaosproxy.faults import Level
+from chaosproxy.faults import Fault, Level
 from chaosproxy.faults._llm import LlmFault, PromptFault
+from chaosproxy.faults.empty_completion import EmptyCompletion as EmptyCompletionFault
+from chaosproxy.faults.llm_stream_error import LlmStreamError
 from chaosproxy.log import ops
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
     openai_responses, stream, view
 from chaosproxy.llm.actions import EmptyCompletion, StreamError
-from chaosproxy.llm.stream import StreamPlan
 from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
 from chaosproxy.message import Message, Phase
 from chaosproxy.scenario import Scenario
@@ -77,9 +79,14 @@ class _Interest:
 
     tools: bool  # tools arrays and tool results (response-phase message rules)
     prompt: bool
-    calls: bool  # the model's tool calls (request-phase message rules other than prompt ones)
+    call_tools: tuple[str | None, ...]  # the tool globs (None: any) of the rules on the model's tool calls
+    # (request-phase message rules other than prompt ones)
     completion: bool
     any_llm: bool  # some rule names an api or model or is a model-API fault
+
+    @property
+    def calls(self) -> bool:
+        return bool(self.call_tools)
 
 
 def _interest(engine: Engine) -> _Interest:
@@ -92,7 +99,7 @@ def _interest(engine: Engine) -> _Interest:
     return _Interest(
         tools=any(r.fault.phase is Phase.RESPONSE and target(r) is None for r in message),
         prompt=any(target(r) == "prompt" for r in message),
-        calls=any(r.fault.phase is Phase.REQUEST and target(r) != "prompt" for r in message),
+        call_tools=tuple({r.match.tool for r in message if r.fault.phase is Phase.REQUEST and target(r) != "prompt"}),
         completion=any(target(r) == "completion" for r in message),
         any_llm=any(r.match.api or r.match.model or isinstance(r.fault, LlmFault) for r in rules),
     )
@@ -184,7 +191,11 @@ class LlmExchange:
         self.memory = relay.memory(msg.session)
         self.interest = relay.interest
         self.agent_tools = {tool["name"] for tool in request.tools or ()}
+        self.shown_names = self.agent_tools  # the tools the model is shown (once a fault reshaped the list)
         self.faults: list[str] = []  # names of the rules that fired, for the call line (the adapter's list)
+        self._watching: bool | None = None
+        self._watched: dict[str, bool] = {}  # tool name -> whether a call to it may be changed
+        self._error_points: frozenset[int] | None = None
 
     def _decide(self, message: Message, key: str | None = None) -> list[Fired]:
         fired = self.engine.decide(message, wire=False, key=key)
@@ -253,6 +264,7 @@ class LlmExchange:
                 if real not in names:
                     shown_as.setdefault(real, tool["name"])
         self.request.put_tools(shown)
+        self.shown_names = names
         choice = view.named_choice(self.body)
         if choice is not None and choice.text in shown_as:  # a forced tool_choice follows its tool's new name
             choice.put(shown_as[choice.text])
@@ -325,10 +337,60 @@ class LlmExchange:
 
     @property
     def watching(self) -> bool:
-        """True when the reply may need rewriting: a rule acts on completions or tool calls, or the
-        session has tool routes to undo."""
-        routes = self.engine.session_of(self.msg).routes
-        return self.interest.calls or self.interest.completion or bool(routes) or bool(self.memory.counterparts)
+        """True when a rule matched this request and may change its reply (or a tool route may): only
+        then is the reply read. Judged once the request is rewritten, from the tools the model was shown."""
+        if self._watching is None:
+            self._watching = self._calls_watched() or bool(self._empty_faults()) or bool(self.error_points)
+        return self._watching
+
+    def _calls_watched(self) -> bool:
+        """Whether a call the model may make (to a tool it was shown) could be changed."""
+        names = self.shown_names
+        if any(self._routed_name(name) for name in names):
+            return True
+        probes = {next((name for name in names if glob is None or fnmatch.fnmatchcase(name, glob)), None)
+                  for glob in self.interest.call_tools}  # one shown name each call rule's tool glob takes
+        return any(self.watches(name) for name in probes if name is not None)
+
+    def _routed_name(self, name: str) -> bool:
+        return name in self.engine.session_of(self.msg).routes or name in self.memory.counterparts
+
+    def watches(self, tool: str | None) -> bool:
+        """Whether a call to `tool` may be changed: routed back, or a rule on calls matches it (a name
+        not known yet: whether any call of this request could be)."""
+        if tool is None:
+            return self._calls_watched()
+        watched = self._watched.get(tool)
+        if watched is None:
+            call = view.tool_call(self.msg, ToolCall("", tool, ""))
+            watched = self._watched[tool] = self._routed_name(tool) or (self.interest.calls and any(
+                _acts_on_calls(fault) for fault in self.engine.candidates(call)))
+        return watched
+
+    def _empty_faults(self) -> list[Fault]:
+        if not self.interest.completion:
+            return []
+        return [f for f in self.engine.candidates(view.completion(self.msg)) if isinstance(f, EmptyCompletionFault)]
+
+    @property
+    def error_points(self) -> frozenset[int]:
+        """After how many relayed events a matching llm_stream_error rule would end the stream."""
+        if self._error_points is None:
+            faults = self.engine.candidates(view.stream_event(self.msg, 0)) if self.interest.completion else []
+            self._error_points = frozenset(f.after_events for f in faults if isinstance(f, LlmStreamError))
+        return self._error_points
+
+    def empty_mode(self) -> EmptyCompletion | None:
+        """What empty_completion does to this reply, decided (and logged) now: at the reply's first output."""
+        if not self._empty_faults():
+            return None
+        fired = self._decide(view.completion(self.msg))
+        return next((f.action for f in reversed(fired) if isinstance(f.action, EmptyCompletion)), None)
+
+    def stream_error(self, relayed: int) -> tuple[str, bytes] | None:
+        """The error event to send in place of the next one, `relayed` events into the stream, or None."""
+        fired = self._decide(view.stream_event(self.msg, relayed))
+        return next(((f.action.event, f.action.data) for f in fired if isinstance(f.action, StreamError)), None)
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         """A whole (non-streamed) reply, with its tool calls and completion decided on."""
@@ -352,20 +414,18 @@ class LlmExchange:
         except (orjson.JSONDecodeError, FormatError) as exc:
             self.relay.skip(self.msg, f"the model API answered in an unexpected shape: {exc}")
             return payload
-        plan = self._plan(headers, streamed=False)
+        if reply.has_output and (empty := self.empty_mode()) is not None:
+            reply.empty(empty)
+            return orjson.dumps(body)
         changed = False
         for call in reply.calls:
-            edited = self._edit_call(call)
-            if edited is not call:
+            if self.watches(call.name) and (edited := self.edit_call(call)) is not call:
                 call.put(edited.name, edited.arguments)
                 changed = True
-        if plan.empty is not None:
-            reply.empty(plan.empty)
-            changed = True
         return orjson.dumps(body) if changed else payload
 
     async def relay_events(self, chunks: AsyncIterator[bytes], headers: Mapping[str, str]) -> AsyncIterator[bytes]:
-        """A streamed reply: passed through untouched unless a rule may rewrite it, then event by event."""
+        """A streamed reply: passed through untouched unless a rule may change it, then event by event."""
         editor = self.stream_editor(headers)
         if editor is None:
             async for chunk in chunks:
@@ -381,28 +441,14 @@ class LlmExchange:
 
     def stream_editor(self, headers: Mapping[str, str]) -> stream.Editor | None:
         """The editor a streamed reply goes through event by event (adapters that are handed chunks feed
-        it themselves); None when no rule may rewrite the stream, which then passes untouched."""
+        it themselves); None when no rule may change the stream, which then passes untouched."""
         try:
-            return self.fmt.Editor(self._plan(headers, streamed=True)) if self.watching else None
+            return self.fmt.Editor(self) if self.watching else None
         except Exception as exc:  # fail open: the stream goes as the model API sends it
             self.relay.failed(self.msg, "planning the stream", exc)
             return None
 
-    def _plan(self, headers: Mapping[str, str], *, streamed: bool) -> StreamPlan:
-        empty = error_after = error = None
-        if self.interest.completion:
-            message = view.completion(self.msg, dict(headers))
-            for fired in self._decide(message):
-                match fired.action:
-                    case EmptyCompletion(mode):
-                        empty = mode
-                    case StreamError(after_events, event, data) if streamed:
-                        error_after, error = after_events, (event, data)
-        calls = self.interest.calls or bool(self.engine.session_of(self.msg).routes) \
-            or bool(self.memory.counterparts)
-        return StreamPlan(self._edit_call if calls else None, empty, error_after, error)
-
-    def _edit_call(self, call: ToolCall) -> ToolCall:
+    def edit_call(self, call: ToolCall) -> ToolCall:
         """A tool call the model made, as the agent gets it: routes undone, tool-call faults applied."""
         headers = {"Content-Type": "text/event-stream" if self.request.stream else "application/json"}
         message = view.tool_call(self.msg, call, headers=headers)
@@ -412,27 +458,57 @@ class LlmExchange:
         name = params.get("name") if isinstance(params.get("name"), str) else call.name
         arguments = call.arguments
         if message.rpc is not before:
-            new = params.get("arguments")
-            if isinstance(new, str):  # made invalid on purpose (malformed_tool_call)
-                arguments = new
-            elif isinstance(call.parsed, dict) and isinstance(new, dict) and new != call.parsed:
-                arguments = view.json_text(new)  # renamed back, retyped; arguments that were not JSON stay
+            arguments = _arguments_text(call, params.get("arguments"))
         answered = next((f.action for f in fired if isinstance(f.action, ReplyAction)), None)
         imitated = name not in self.agent_tools and name in self.memory.counterparts
         if imitated:  # a tool the proxy made up: the agent runs the one it imitates
             name = self.memory.counterparts[name]
         if answered is not None:
             self.memory.answers.remember(call.call_id, _answer_result(answered.message))
-        if imitated or _routed(fired):
-            self.memory.said.remember(call.call_id, (call.name, call.arguments))
+        routed = _routed_params(fired)
+        if imitated or routed is not None:  # the model sees its call again as it made it, but for faults
+            self.memory.said.remember(call.call_id, _as_said(call, routed, params, arguments))
         self.memory.relayed.remember(call.call_id, (name, arguments))
         if name == call.name and arguments == call.arguments:
             return call
         return ToolCall(call.call_id, name, arguments, call.put)
 
 
-def _routed(fired: list[Fired]) -> bool:
-    return any(f.fault.routes_calls for f in fired)
+def _acts_on_calls(fault: Fault) -> bool:
+    """A request-side message fault that may change a tool call (not a model-API fault on something else)."""
+    return not isinstance(fault, LlmFault) or fault.target == "call"
+
+
+def _arguments_text(call: ToolCall, new: Any) -> str:
+    """The arguments a fault left, as JSON text: made invalid on purpose (malformed_tool_call), renamed
+    back or retyped; arguments that were not JSON stay as the model wrote them."""
+    if isinstance(new, str):
+        return new
+    if isinstance(call.parsed, dict) and isinstance(new, dict) and new != call.parsed:
+        return view.json_text(new)
+    return call.arguments
+
+
+def _routed_params(fired: list[Fired]) -> dict[str, Any] | None:
+    """A call's params once its tool routes were undone (before other faults acted), or None: no route."""
+    routed = [f.action.message for f in fired if f.fault.routes_calls and isinstance(f.action, Rewrite)]
+    return routed[-1].get("params") if routed else None
+
+
+def _as_said(call: ToolCall, routed: dict[str, Any] | None, final: dict[str, Any],
+             arguments: str) -> tuple[str, str]:
+    """What the model is shown of its call on later turns: as it made it, unless a fault other than a
+    route changed it; then as the agent got it, under the model's names for the tool and arguments."""
+    if routed is None:  # no route: a tool the proxy made up, which the agent ran under another name
+        return call.name, arguments
+    if routed == final:
+        return call.name, call.arguments
+    name = call.name if final.get("name") == routed.get("name") else final.get("name", call.name)
+    said, shown, got = call.parsed, routed.get("arguments"), final.get("arguments")
+    if isinstance(said, dict) and isinstance(shown, dict) and isinstance(got, dict) and len(said) == len(shown):
+        names = dict(zip(shown, said, strict=True))  # routes rename arguments one for one, in order
+        return name, view.json_text({names.get(key, key): value for key, value in got.items()})
+    return name, arguments
 
 
 def _name_of_entry(entry: Any) -> str | None:

@@ -3,8 +3,9 @@
 A format module parses a request or reply into these pieces; each piece knows how to write a new
 value back into the (parsed) body it came from. `relay` turns the pieces into synthetic MCP-shaped
 `Message`s: the tools array is a tools/list result, a tool result in the history a tools/call result,
-a tool call the model returns a tools/call request, the newest user turn an `llm/prompt` request, and
-the model's reply as a whole an `llm/completion` response.
+a tool call the model returns a tools/call request, the newest user turn an `llm/prompt` request, the
+model's reply as a whole an `llm/completion` response, and a point in a streamed reply (so many events
+relayed, the next about to go) an `llm/stream-event` response.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from chaosproxy.message import Message, Phase
 
 PROMPT = "llm/prompt"
 COMPLETION = "llm/completion"
+STREAM_EVENT = "llm/stream-event"
 ORIGINAL = "_chaosproxy_original"  # inside an MCP-shaped tool: the index of the format's own entry it came
 # from; inside a content item: the format's own part (an image) that has no MCP form here
 
@@ -90,9 +92,11 @@ class Request:
 
 @dataclass(slots=True)
 class Reply:
-    """A parsed (non-streamed) model reply: its tool calls, and how to make it an empty completion."""
+    """A parsed (non-streamed) model reply: its tool calls, whether it has any output (text, tool calls,
+    reasoning) an empty completion would take away, and how to make it one."""
 
     calls: list[ToolCall]
+    has_output: bool
     empty: Callable[[str], None]
 
 
@@ -130,9 +134,16 @@ def prompt(base: Message, text: str) -> Message:
     return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "method": PROMPT, "params": {"text": text}})
 
 
-def completion(base: Message, headers: dict[str, str]) -> Message:
-    """The model's reply as a whole (a notification, as the prompt is), before its body or stream is read."""
-    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": COMPLETION}, headers=headers)
+def completion(base: Message) -> Message:
+    """The model's reply as a whole (a notification, as the prompt is), decided at its first output.
+    It carries the request's headers, which a rule's `header` match reads, as on every other message."""
+    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": COMPLETION})
+
+
+def stream_event(base: Message, relayed: int) -> Message:
+    """A point in a streamed reply: `relayed` events have reached the agent and the next is about to go."""
+    return synthetic(base, Phase.RESPONSE, {"jsonrpc": "2.0", "method": STREAM_EVENT,
+                                            "params": {"relayed": relayed}})
 
 
 def messages_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], Request, int]:
