@@ -1168,7 +1168,8 @@ class Inspection:
             read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes)
             if whole:
                 payload, headers = self._relay_whole(read, encoding, response.status, headers, llm)
-                chunks, length = streams.once(payload), len(payload)
+                # trailers go only on a chunked body
+                chunks, length = streams.once(payload), None if reader.body.trailers else len(payload)
             else:
                 chunks = streams.then(read, chunks)
         ending = "eof"
