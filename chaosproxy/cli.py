@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import asyncio
 import contextlib
 import json
@@ -64,6 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
                                              "to send a response head: 504 (default 300)")
     run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB", "16")), metavar="MIB",
                      help="the largest body or SSE event rules look inside; larger ones pass as they are (default 16)")
+    run.add_argument("--max-header-line", type=_positive(int), default=_env("MAX_HEADER_LINE", "8192"),
+                     metavar="BYTES", help="the longest request line or header line an agent may send: 431 beyond "
+                                           "(default 8192)")
+    run.add_argument("--max-head", type=_positive(int), default=_env("MAX_HEAD", "65536"), metavar="BYTES",
+                     help="the largest request head an agent may send: 431 beyond (default 65536)")
+    run.add_argument("--client-header-timeout", type=_positive(float), default=_env("CLIENT_HEADER_TIMEOUT", "60"),
+                     metavar="SECONDS", help="close a connection whose request head takes longer, answering 408 "
+                                             "(default 60, as nginx)")
+    run.add_argument("--keepalive-timeout", type=_positive(float), default=_env("KEEPALIVE_TIMEOUT", "75"),
+                     metavar="SECONDS", help="close an agent's connection idle this long between requests "
+                                             "(default 75, as nginx)")
     _add_run_options(run)
 
     stdio = sub.add_parser(
@@ -138,7 +150,7 @@ def _positive[T: (int, float)](kind: Callable[[str], T]) -> Callable[[str], T]:
             number = kind(value)
         except ValueError:
             number = None
-        if number is None or not number > 0:
+        if number is None or not number > 0 or not math.isfinite(number):
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {value!r}")
         return number
     return parse
@@ -212,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from chaosproxy.adapters.h1 import ClientLimits
     from chaosproxy.adapters.http import HttpProxy
 
     try:
@@ -222,17 +235,21 @@ def _run(args: argparse.Namespace) -> int:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     targets = ", ".join(f"{prefix} {redacted_url(url)}" for prefix, url in routes.items())
+    limits = ClientLimits(max_line=args.max_header_line, max_head=args.max_head,
+                          head_timeout=args.client_header_timeout, idle_timeout=args.keepalive_timeout)
     return _serve(args, scenario, lambda engine: HttpProxy(engine, routes, upstream_timeout=args.upstream_timeout,
-                                                           max_message_bytes=int(args.max_message_mib * (1 << 20))),
+                                                           max_message_bytes=int(args.max_message_mib * (1 << 20)),
+                                                           limits=limits),
                   lambda host, port: f"listening on http://{host}:{port} -> {targets}")
 
 
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
-    from chaosproxy.runtime import open_engine, run_async, settle_heap, wait_for_stop_signal
+    from chaosproxy.runtime import open_engine, raise_open_files_limit, run_async, settle_heap, wait_for_stop_signal
 
     host, port = args.listen
+    open_files = raise_open_files_limit()  # each relayed stream holds two
     try:
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log,
                          session_ttl=args.session_ttl, max_sessions=args.max_sessions,
@@ -242,8 +259,8 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                     proxy = make_proxy(engine)
                     try:
                         bound = await proxy.start(host, port)
-                        ops.info("%s (seed %d, %d rules)", describe(host, bound), engine.seed,
-                                 len(engine.scenario.rules))
+                        ops.info("%s (seed %d, %d rules, %s open files)", describe(host, bound), engine.seed,
+                                 len(engine.scenario.rules), open_files or "unlimited")
                         settle_heap()
                         await wait_for_stop_signal()
                     finally:
