@@ -168,3 +168,148 @@ def test_a_model_call_retried_is_the_same_turn_again(tmp_path: Path) -> None:
     log.call(0.5, 5, session="127.0.0.1", turn=3, **model)  # moved on without turn 2's answer
     r = behaviour(read_sessions(log.write(tmp_path / "log.jsonl"))).recovery
     assert (r.incidents, r.retried, r.got_through) == (2, 1, 1)
+
+
+# --- 4. a comparison drops no run --------------------------------------------------------------------
+
+SAME = "# sample {k} of the suite s.yaml, drawn with seed {k}\nrules:\n- name: down\n  fault: {{type: http_error, status: 503}}\n"
+
+
+def test_samples_with_identical_rules_are_compared_as_one_scenario_with_all_their_runs(tmp_path: Path) -> None:
+    """Samples 1 and 2 drew the same rules: one row holds the runs of both, on each side."""
+    drills = {}
+    for side, statuses in (("base", ("failed", "failed", "passed")), ("new", ("passed", "passed", "passed"))):
+        drills[side] = _drill(tmp_path / side, 1, [
+            ("run-1", "clean", "passed", {}),
+            ("run-2", "sample-1", statuses[0], {"transition": 1}),
+            ("run-3", "sample-2", statuses[1], {"transition": 1}),
+            ("run-4", "sample-3", statuses[2], {"transition": 1}),
+        ], {"clean": "rules: []\n", **{f"sample-{k}": SAME.format(k=k) for k in (1, 2)},
+            "sample-3": "rules: [{name: slow, fault: {type: latency, delay_ms: 5}}]\n"})
+    out = tmp_path / "c.json"
+    done = chaosproxy("report", str(drills["base"]), str(drills["new"]), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    scenarios = {row["name"]: (row["base"]["runs"], row["base"]["successes"], row["new"]["successes"])
+                 for row in data["rows"] if row["section"] == "scenario"}
+    assert scenarios == {"clean": (1, 1, 1), "sample-1, sample-2": (2, 0, 2), "sample-3": (1, 1, 1)}
+    assert data["only_in_base"] == data["only_in_new"] == []
+
+
+def test_runs_whose_scenario_cannot_be_read_are_listed_not_dropped(tmp_path: Path) -> None:
+    scenarios = {"clean": "rules: []\n", "sample-1": SAME.format(k=1)}
+    base = _drill(tmp_path / "base", 1, [("run-1", "clean", "passed", {}),
+                                         ("run-2", "sample-1", "failed", {"transition": 1})], scenarios)
+    new = _drill(tmp_path / "new", 1, [("run-1", "clean", "passed", {}),
+                                       ("run-2", "sample-1", "passed", {"transition": 1})], scenarios)
+    (new / "run-2" / "scenario.yaml").unlink()
+    out = tmp_path / "c.json"
+    assert chaosproxy("report", str(base), str(new), "--json", str(out)).returncode == 0
+    data = json.loads(out.read_text())
+    assert data["only_in_base"] == ["scenario sample-1"]
+    assert data["only_in_new"] == ["scenario sample-1 (1 run; its scenario.yaml cannot be read)"]
+
+
+def _drill(folder: Path, seed: int, results: list[tuple[str, str, str, dict[str, int]]],
+           scenarios: dict[str, str], settings: dict[str, Any] | None = None) -> Path:
+    """A hand-made drill folder (see tests/test_compare.py), its drill.json given `settings` on top."""
+    from tests.test_compare import _drill as make
+
+    made = make(folder, seed, results, scenarios)
+    if settings:
+        data = json.loads((folder / "drill.json").read_text())
+        (folder / "drill.json").write_text(json.dumps({**data, **settings}))
+    return made
+
+
+# --- 5, 6. a gate that cannot be checked does not pass ----------------------------------------------
+
+RESULTS = [("run-1", "clean", "passed", {}), ("run-2", "clean", "passed", {}),
+           ("run-3", "sample-1", "passed", {"transition": 1}), ("run-4", "sample-1", "passed", {"transition": 1})]
+SCENARIOS = {"clean": "rules: []\n", "sample-1": SAME.format(k=1)}
+
+
+def shard(folder: Path, index: int, count: int = 2) -> Path:
+    runs = [r for position, r in enumerate(RESULTS) if position % count == index]
+    return _drill(folder, 1, runs, SCENARIOS, {"runs": len(RESULTS),
+                                               "shard": {"index": index, "count": count, "runs": len(runs)}})
+
+
+def test_a_gate_on_a_merge_with_a_shard_missing_cannot_pass(tmp_path: Path) -> None:
+    first, second = shard(tmp_path / "s0", 0), shard(tmp_path / "s1", 1)
+    gate = ["--fail-under", "transition=0.5"]
+    whole = chaosproxy("report", str(first), str(second), "--merge", *gate)
+    assert whole.returncode == 0, whole.stderr
+    done = chaosproxy("report", str(first), "--merge", *gate)
+    assert done.returncode == 3, done.stderr
+    assert "gate failed: cannot be checked: shard(s) 1/2 not given" in done.stderr
+    merged = tmp_path / "merged"
+    assert chaosproxy("merge", str(first), "--out", str(merged)).returncode == 0
+    done = chaosproxy("report", str(merged), *gate)
+    assert done.returncode == 3 and f"gate failed: cannot be checked: {merged}: 2 of 4 runs have results" in done.stderr
+    assert chaosproxy("report", str(merged)).returncode == 0  # no gate asked: a report, with its warning
+
+
+def test_a_gate_on_a_drill_with_fewer_results_than_planned_cannot_pass(tmp_path: Path) -> None:
+    folder = _drill(tmp_path / "d", 1, RESULTS[:3], SCENARIOS, {"runs": 4})
+    short = f"gate failed: cannot be checked: {folder}: 3 of 4 runs have results"
+    done = chaosproxy("report", str(folder), "--fail-under", "overall=0.5")
+    assert done.returncode == 3 and short in done.stderr
+    complete = _drill(tmp_path / "c", 1, RESULTS, SCENARIOS)
+    assert chaosproxy("report", str(complete), "--fail-under", "overall=0.5").returncode == 0
+    for base, new in ((complete, folder), (folder, complete)):
+        done = chaosproxy("report", str(base), str(new), "--max-regression", "10")
+        assert done.returncode == 3 and short in done.stderr
+    with open(complete / "results.jsonl", "a") as out:
+        out.write('{"run": "run-5", "label": "clean", "kind": "clean", "seed": 1}\n')  # a run without a status
+    done = chaosproxy("report", str(complete), "--fail-under", "overall=0.5")
+    assert done.returncode == 3 and "results.jsonl:5: skipped" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("points", ["nan", "inf", "-inf", "-5", "ten"])
+def test_max_regression_refuses_what_is_no_number_of_points(tmp_path: Path, points: str) -> None:
+    folder = _drill(tmp_path / "d", 1, RESULTS, SCENARIOS)
+    done = chaosproxy("report", str(folder), str(folder), f"--max-regression={points}")
+    assert done.returncode == 2 and "--max-regression" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- 7. a malformed drill folder is an error with FILE:LINE, or a line skipped, never a traceback -----
+
+
+@pytest.mark.parametrize("line,reason", [
+    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1}, "no status"),
+    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "passed",
+      "components": "transition"}, "components: not an object"),
+    ({"run": "run-2", "label": ["sample-1"], "kind": "sample", "seed": 1, "status": "passed"}, "label: not a string"),
+    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "won"}, "status: 'won' is not one of"),
+    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "passed",
+      "faults": {"typos": "many"}}, "faults: not counts by name"),
+    ([1, 2], "not a run's result"),
+])
+def test_a_malformed_results_line_is_skipped_with_its_file_line_and_reason(
+        tmp_path: Path, line: Any, reason: str) -> None:
+    folder = _drill(tmp_path / "d", 1, RESULTS[:1], SCENARIOS, {"runs": 2})
+    with open(folder / "results.jsonl", "a") as out:
+        out.write(json.dumps(line) + "\n")
+    for args in (["report", str(folder), "--json", str(tmp_path / "r.json")],
+                 ["report", str(folder), str(folder)], ["export", str(folder), "--format", "trajectories"]):
+        done = chaosproxy(*args)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert f"{folder / 'results.jsonl'}:2: skipped" in done.stderr and reason in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("settings,reason", [
+    ({"shard": "1/2"}, "shard: not an object"),
+    ({"shard": {"index": 0, "count": "2", "runs": 1}}, "shard.count: not a whole number"),
+    ({"runs": "4"}, "runs: not a whole number"),
+    ({"seed": [1]}, "seed: not a whole number"),
+    ({"config": "agent"}, "config: not an object"),
+])
+def test_a_malformed_drill_json_is_refused_naming_the_file_and_the_key(
+        tmp_path: Path, settings: dict[str, Any], reason: str) -> None:
+    folder = _drill(tmp_path / "d", 1, RESULTS, SCENARIOS, settings)
+    for args in (["report", str(folder)], ["report", str(folder), "--merge"],
+                 ["merge", str(folder), "--out", str(tmp_path / "m")]):
+        done = chaosproxy(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"{folder / 'drill.json'}: {reason}" in done.stderr, done.stderr

@@ -184,7 +184,7 @@ def _drill(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     print(summary(results))
     print(f"\nruns and logs in {folder}/; the report: chaosproxy report {folder} --html report.html")
-    if args.fail_under and (status := gate(build_profile(results), args.fail_under, [])):
+    if args.fail_under and (status := gate(build_profile(results), args.fail_under, [], [])):
         return status
     return 1 if any(result["status"] == "error" for result in results) else 0
 

@@ -2,8 +2,13 @@
 
 A drill's folder holds drill.json (written first: the settings, the root seed, the shard if any),
 results.jsonl (a line per run, appended as runs finish) and a folder per run. A drill stopped while
-writing leaves a cut last line in results.jsonl: it is skipped with a warning, never a traceback.
+writing leaves a cut last line in results.jsonl: it is skipped with a warning, never a traceback, as
+is any line that is not a whole run's result (FILE:LINE and why). A drill.json that is not a drill's
+settings is refused, naming the file and the key.
 Shards of one plan (`--shard I/N`, same settings and root seed) merge into the drill they split.
+
+What a drill's results fall short of its plan by (runs without a result, lines skipped, shards not
+given) is its `gaps`: a report shows them as warnings, and a gate on such a drill cannot pass.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 RESULTS_FILE = "results.jsonl"
 DRILL_FILE = "drill.json"
+STATUSES = ("passed", "failed", "timeout", "error")
+QUOTED = 40  # characters of a value quoted in a warning (what a results line holds is not trusted)
 # Settings that change where and how fast a drill runs, not what it runs or what it finds.
 EXECUTION_SETTINGS = frozenset({"out", "jobs", "executor", "ray_address", "ray_num_cpus", "workdir"})
 
@@ -32,11 +39,7 @@ class Drill:
     results: list[dict[str, Any]]  # in run order
     run_folders: dict[str, Path]  # run name -> its folder
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def planned(self) -> int | None:
-        runs = self.settings.get("runs")
-        return runs if isinstance(runs, int) else None
+    gaps: list[str] = field(default_factory=list)  # why its results are not its whole plan (also warned)
 
     @property
     def plan_settings(self) -> dict[str, Any]:
@@ -56,8 +59,42 @@ def _run_number(result: dict[str, Any]) -> int:
     return int(str(result["run"]).rpartition("-")[2])
 
 
+def _quoted(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= QUOTED else text[:QUOTED] + "..."
+
+
+def _counts(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and type(count) is int and count >= 0 for name, count in value.items())
+
+
+def result_problem(result: Any) -> str | None:
+    """Why a results line is not a run's result, or None when it is one (what the reports read of it)."""
+    if not isinstance(result, dict):
+        return "not a run's result (a JSON object)"
+    run = result.get("run")
+    head, _, number = run.rpartition("-") if isinstance(run, str) else ("", "", "")
+    if head != "run" or not number.isdigit():
+        return f"run: expected run-N, got {_quoted(run)}"
+    for key in ("label", "kind"):
+        if not isinstance(result.get(key), str):
+            return f"{key}: not a string" if key in result else f"no {key}"
+    if "status" not in result:
+        return "no status"
+    if result["status"] not in STATUSES:
+        return f"status: {_quoted(result['status'])} is not one of {', '.join(STATUSES)}"
+    for key in ("faults", "components"):
+        if key in result and not isinstance(result[key], dict):
+            return f"{key}: not an object"
+        if not _counts(result.get(key, {})):
+            return f"{key}: not counts by name (name: whole number)"
+    return None
+
+
 def read_results(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """results.jsonl's runs in run order, and a warning per line that is not a whole result (a cut line)."""
+    """results.jsonl's runs in run order, and a warning per line skipped: one cut short (the last, as a
+    drill stopped while writing leaves it) or one that is not a run's result (FILE:LINE: why)."""
     results: list[dict[str, Any]] = []
     warnings: list[str] = []
     try:
@@ -69,14 +106,38 @@ def read_results(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         try:
             result = json.loads(line)
-            _run_number(result)
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             last = number == len(lines)
-            why = "cut short (the drill was stopped while writing it?)" if last else "not a run's result"
+            why = "cut short (the drill was stopped while writing it?)" if last else "not JSON"
             warnings.append(f"{path}:{number}: skipped a line {why}")
+            continue
+        if (problem := result_problem(result)) is not None:
+            warnings.append(f"{path}:{number}: skipped a line that is not a run's result: {problem}")
             continue
         results.append(result)
     return sorted(results, key=_run_number), warnings
+
+
+def _whole_number(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def settings_problem(settings: dict[str, Any]) -> str | None:
+    """Why drill.json's content is not a drill's settings (KEY: reason), or None."""
+    for key in ("runs", "seed"):
+        if settings.get(key) is not None and not _whole_number(settings[key]):
+            return f"{key}: not a whole number"
+    if settings.get("config") is not None and not isinstance(settings["config"], dict):
+        return "config: not an object"
+    shard = settings.get("shard")
+    if shard is None:
+        return None
+    if not isinstance(shard, dict):
+        return "shard: not an object"
+    for key in ("index", "count", "runs"):
+        if not _whole_number(shard.get(key)):
+            return f"shard.{key}: not a whole number"
+    return None
 
 
 def read_drill(folder: Path) -> Drill:
@@ -100,19 +161,24 @@ def read_drill(folder: Path) -> Drill:
             raise DrillFolderError(f"{settings_path}: not a drill's settings: {exc}") from None
         if not isinstance(loaded, dict):
             raise DrillFolderError(f"{settings_path}: not a drill's settings (a JSON object)")
+        if (problem := settings_problem(loaded)) is not None:
+            raise DrillFolderError(f"{settings_path}: {problem}")
         settings = loaded
-    results, cut = read_results(results_path)
-    warnings += cut
-    drill = Drill(
-        [folder], settings, results, {str(r["run"]): folder / str(r["run"]) for r in results}, warnings
-    )
-    expected = (settings.get("shard") or {}).get("runs", drill.planned)
-    if isinstance(expected, int) and len(results) < expected:
-        warnings.append(
-            f"{folder}: {len(results)} of {expected} runs have results (a drill in progress, "
-            "or one that was stopped)"
-        )
-    return drill
+    results, skipped = read_results(results_path)
+    gaps = list(skipped)
+    shard = settings.get("shard")
+    expected = shard["runs"] if shard is not None else settings.get("runs")
+    if expected is None:
+        gaps.append(f"{folder}: no {DRILL_FILE} saying how many runs were planned")
+    elif len(results) < expected:
+        gaps.append(_shortfall(folder, len(results), expected))
+    warnings += gaps
+    return Drill([folder], settings, results, {str(r["run"]): folder / str(r["run"]) for r in results},
+                 warnings, gaps)
+
+
+def _shortfall(folder: Path | str, results: int, planned: int) -> str:
+    return f"{folder}: {results} of {planned} runs have results (a drill in progress, or one that was stopped)"
 
 
 def merge(folders: list[Path]) -> Drill:
@@ -140,6 +206,7 @@ def merge(folders: list[Path]) -> Drill:
     counts = {(shard.settings.get("shard") or {}).get("count") for shard in shards}
     indexes = [(shard.settings.get("shard") or {}).get("index") for shard in shards]
     warnings = [warning for shard in shards for warning in shard.warnings]
+    gaps = [gap for shard in shards for gap in shard.gaps]
     if len(counts) == 1 and isinstance(count := counts.pop(), int):
         if len(set(indexes)) < len(indexes):
             raise DrillFolderError(
@@ -150,10 +217,11 @@ def merge(folders: list[Path]) -> Drill:
                 )
             )
         if missing := sorted(set(range(count)) - set(indexes)):
-            warnings.append(
+            gaps.append(
                 f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} not given: "
                 "their runs are missing from the merge"
             )
+            warnings.append(gaps[-1])
     results: dict[str, dict[str, Any]] = {}
     run_folders: dict[str, Path] = {}
     for shard in shards:
@@ -170,7 +238,11 @@ def merge(folders: list[Path]) -> Drill:
         {"folder": str(shard.sources[0]), "shard": shard.settings.get("shard")} for shard in shards
     ]
     ordered = sorted(results.values(), key=_run_number)
-    return Drill([s.sources[0] for s in shards], settings, ordered, run_folders, warnings)
+    planned = settings.get("runs")
+    if not gaps and planned is not None and len(ordered) < planned:  # (shards that say nothing of themselves)
+        gaps.append(_shortfall("the merge", len(ordered), planned))
+        warnings.append(gaps[-1])
+    return Drill([s.sources[0] for s in shards], settings, ordered, run_folders, warnings, gaps)
 
 
 def write_merged(drill: Drill, out: Path) -> None:

@@ -5,6 +5,7 @@ chaosproxy report BASE_DIR NEW_DIR [--html F --md F --json F]     two drills sid
 chaosproxy report SHARD_DIR... --merge [...]                      the shards of one drill as one
 --fail-under NAME=RATE[,...]   exit 3 when a perturbed success rate is under its minimum (the new drill's)
 --max-regression PTS           with BASE_DIR NEW_DIR: exit 3 when a difference is wholly below -PTS
+A gate asked of a drill whose results fall short of its plan cannot be checked: exit 3, saying why.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chaosproxy.report.gate import EXIT_GATE, parse_thresholds
+from chaosproxy.report.gate import EXIT_GATE, parse_points, parse_thresholds
 
 if TYPE_CHECKING:
     from chaosproxy.drill.folder import Drill
@@ -41,7 +42,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     add_gate_arguments(parser)
     parser.add_argument(
         "--max-regression",
-        type=float,
+        type=parse_points,
         metavar="PTS",
         help="with BASE_DIR NEW_DIR: exit 3 when a difference's whole interval is more than PTS "
         "percentage points worse",
@@ -153,7 +154,7 @@ def _report_drill(args: argparse.Namespace, drill: Drill) -> int:
     report = drill_report(drill)
     _write(args, report, _report_renderers())
     assert report.profile is not None
-    return gate(report.profile, args.fail_under, [])
+    return gate(report.profile, args.fail_under, [], drill.gaps if args.fail_under else [])
 
 
 def _compare(args: argparse.Namespace, base: Drill, new: Drill) -> int:
@@ -180,14 +181,19 @@ def _compare(args: argparse.Namespace, base: Drill, new: Drill) -> int:
     )
     regressed = regressions(comparison, args.max_regression) if args.max_regression is not None else []
     profile = build_profile(new.results) if args.fail_under else None
-    return gate(profile, args.fail_under, regressed)
+    # each gate reads its drills: --max-regression both, --fail-under the new one
+    gaps = [*(base.gaps if args.max_regression is not None else []),
+            *(new.gaps if args.max_regression is not None or args.fail_under else [])]
+    return gate(profile, args.fail_under, regressed, gaps)
 
 
-def gate(profile: Any, thresholds: dict[str, float] | None, regressed: list[str]) -> int:
-    """Exit status 3 naming every threshold missed and every regression, else 0."""
+def gate(profile: Any, thresholds: dict[str, float] | None, regressed: list[str], gaps: list[str]) -> int:
+    """Exit status 3 naming every threshold missed, every regression, and every gap of a gated drill
+    (its results short of its plan: the gate cannot be checked); else 0."""
     from chaosproxy.report.gate import missed_thresholds
 
-    missed = [*(missed_thresholds(profile, thresholds) if thresholds else []), *regressed]
+    missed = [*(missed_thresholds(profile, thresholds) if thresholds else []), *regressed,
+              *(f"cannot be checked: {gap}" for gap in gaps)]
     for line in missed:
         print(f"chaosproxy: gate failed: {line}", file=sys.stderr)
     return EXIT_GATE if missed else 0

@@ -3,7 +3,8 @@
 Every row compares the success rate of the base drill's runs with the new drill's: overall (runs where
 any fault fired), clean baselines, per POMDP component and fault type (runs where a fault of it fired)
 and per scenario (runs of the very same rules, so sampled scenarios pair up when both drills drew them
-from one suite with one root seed). The difference, new minus base, comes with Newcombe's
+from one suite with one root seed; samples that drew the same rules are one scenario, named by all
+their labels, with all their runs). The difference, new minus base, comes with Newcombe's
 95% interval; when the interval leaves out 0 the change is real at this sample size. Drills with other
 suites or seeds are compared on the rows they share, and the comparison lists the rest.
 """
@@ -103,22 +104,41 @@ def _what_it_does(text: str) -> str:
     return json.dumps({key: value for key, value in data.items() if key != "description"}, sort_keys=True)
 
 
-def _scenario_rates(drill: Drill) -> dict[str, tuple[str, Rate]]:
-    """What a scenario does -> (label, success rate) for every configuration of the drill."""
+@dataclass(slots=True)
+class _Scenario:
+    """The runs of one scenario's rules in a drill, under every label that drew them."""
+
+    labels: list[str]
+    passed: int = 0
+    counted: int = 0  # runs that count (not `error`)
+
+    @property
+    def name(self) -> str:
+        return ", ".join(self.labels)
+
+
+def _scenario_rates(drill: Drill) -> tuple[dict[str, _Scenario], list[str]]:
+    """What a scenario does -> its runs, for every configuration of the drill; and the configurations
+    whose scenario.yaml cannot be read (their runs cannot be paired by content)."""
     runs_by_label: dict[str, list[dict[str, Any]]] = {}
     for result in drill.results:
         runs_by_label.setdefault(str(result["label"]), []).append(result)
-    rates: dict[str, tuple[str, Rate]] = {}
+    scenarios: dict[str, _Scenario] = {}
+    unread: list[str] = []
     for label, runs in runs_by_label.items():
         scenario = drill.run_folders[str(runs[0]["run"])] / "scenario.yaml"
         try:
             text = scenario.read_text(encoding="utf-8")
-        except OSError:
-            continue  # a run folder that was not kept: its label cannot be matched by content
+        except (OSError, UnicodeDecodeError):
+            unread.append(f"scenario {label} ({len(runs)} run{'s' * (len(runs) != 1)}; "
+                          "its scenario.yaml cannot be read)")
+            continue
         counted = [r for r in runs if r["status"] != "error"]
-        passed = sum(r["status"] == "passed" for r in counted)
-        rates[_what_it_does(text)] = (label, Rate(passed, len(counted)))
-    return rates
+        entry = scenarios.setdefault(_what_it_does(text), _Scenario([]))
+        entry.labels.append(label)
+        entry.passed += sum(r["status"] == "passed" for r in counted)
+        entry.counted += len(counted)
+    return scenarios, unread
 
 
 def compare(base: Drill, new: Drill) -> Comparison:
@@ -142,20 +162,22 @@ def compare(base: Drill, new: Drill) -> Comparison:
         order=list(COMPONENTS),
     )
     _pair(comparison, "fault", _rows(old_profile, "fault"), _rows(new_profile, "fault"))
-    old_scenarios, new_scenarios = _scenario_rates(base), _scenario_rates(new)
+    (old_scenarios, old_unread), (new_scenarios, new_unread) = _scenario_rates(base), _scenario_rates(new)
     shared = sorted(
-        old_scenarios.keys() & new_scenarios.keys(), key=lambda t: _label_order(old_scenarios[t][0])
+        old_scenarios.keys() & new_scenarios.keys(), key=lambda t: _label_order(old_scenarios[t].labels[0])
     )
     for text in shared:
-        (old_label, old_rate), (new_label, new_rate) = old_scenarios[text], new_scenarios[text]
-        name = old_label if old_label == new_label else f"{old_label} (new: {new_label})"
-        comparison.rows.append(CompareRow("scenario", name, old_rate, new_rate))
+        old, now = old_scenarios[text], new_scenarios[text]
+        name = old.name if old.name == now.name else f"{old.name} (new: {now.name})"
+        comparison.rows.append(
+            CompareRow("scenario", name, Rate(old.passed, old.counted), Rate(now.passed, now.counted))
+        )
     comparison.only_base += [
-        f"scenario {label}" for text, (label, _) in old_scenarios.items() if text not in new_scenarios
-    ]
+        f"scenario {entry.name}" for text, entry in old_scenarios.items() if text not in new_scenarios
+    ] + old_unread
     comparison.only_new += [
-        f"scenario {label}" for text, (label, _) in new_scenarios.items() if text not in old_scenarios
-    ]
+        f"scenario {entry.name}" for text, entry in new_scenarios.items() if text not in old_scenarios
+    ] + new_unread
     old_config, new_config = base.settings.get("config") or {}, new.settings.get("config") or {}
     comparison.settings_differ = [
         (key, old_config.get(key), new_config.get(key))

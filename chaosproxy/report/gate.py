@@ -2,13 +2,16 @@
 
 `--fail-under transition=0.8,overall=0.9` checks the success rate of the runs where a fault of that
 component (or of that fault type) fired; `overall` is every run where any fault fired. A name no
-perturbed run has is a miss too: a gate that cannot be checked does not pass. `--max-regression 10`
-fails a comparison where a row's difference, new minus base, lies wholly below -10 points.
+perturbed run has is a miss too: a gate that cannot be checked does not pass, nor does a gate on a
+drill whose results fall short of its plan (a shard not given, runs without a result, lines skipped).
+`--max-regression 10` fails a comparison where a row's difference, new minus base, lies wholly below
+-10 points.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,6 +39,17 @@ def parse_thresholds(text: str) -> dict[str, float]:
     if not thresholds:
         raise argparse.ArgumentTypeError("expected NAME=RATE[,NAME=RATE...]")
     return thresholds
+
+
+def parse_points(text: str) -> float:
+    """--max-regression's PTS: a finite number of percentage points, 0 or more."""
+    try:
+        points = float(text)
+    except ValueError:
+        points = math.nan
+    if not math.isfinite(points) or points < 0:
+        raise argparse.ArgumentTypeError(f"expected percentage points, a number from 0 up (e.g. 5), got {text!r}")
+    return points
 
 
 def missed_thresholds(profile: Profile, thresholds: dict[str, float]) -> list[str]:
