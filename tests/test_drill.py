@@ -176,7 +176,7 @@ def test_a_drill_runs_the_agent_against_a_proxy_per_run_and_records_everything(u
                      "--repeat", "2", "--baseline", "1", "--jobs", "2", "--timeout", "30", "--seed", "9",
                      "--out", str(out), env=leaks)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("clean  1/1 passed\nslow   2/2 passed\n")
+    assert done.stdout.startswith("clean           1/1 passed\nslow (latency)  2/2 passed\n")
     assert done.stderr.count("drill: ") == 3  # a progress line per finished run (stderr is no terminal here)
     assert json.loads((out / "drill.json").read_text())["seed"] == 9
     runs = results(out)

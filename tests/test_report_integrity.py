@@ -313,3 +313,103 @@ def test_a_malformed_drill_json_is_refused_naming_the_file_and_the_key(
         done = chaosproxy(*args)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert f"{folder / 'drill.json'}: {reason}" in done.stderr, done.stderr
+
+
+# --- acceptance: a small real drill, its numbers checked by hand ------------------------------------
+
+PROBING_AGENT = """\
+import json, os, sys, urllib.error, urllib.request
+base = os.environ["CHAOSPROXY_URL"]
+
+def call(path, body=None):
+    request = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+call("/ready")  # a readiness probe: the upstream has no such path and answers 404
+cities = [call(f"/api/weather?city={city}") for city in ("paris", "tokyo", "lima")]  # never retried
+call("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+     "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}})
+call("/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search",
+     "arguments": {"query": "umbrellas"}}})
+sys.exit(0 if cities == [200, 200, 200] else 1)
+"""
+ONE_RULE_SUITE = """\
+description: the weather API fails the first call of each run
+pick: 1
+rules:
+  - name: weather-down
+    match: {path: /api/weather}
+    first: 1
+    fault: {type: http_error, status: 503}
+"""
+
+
+@pytest.fixture
+def rest_and_mcp(server_loop: Any) -> Any:
+    """One upstream serving the demo's REST tool API and its MCP server (POST /mcp)."""
+    from chaosproxy.demo import mcp_lite, tool_server
+    from chaosproxy.demo.serving import serve
+
+    app = tool_server.make_app()
+    app.router.add_post("/mcp", mcp_lite.handle)
+    runner, port = server_loop.run(serve(app, "127.0.0.1", 0))
+    yield f"http://127.0.0.1:{port}"
+    server_loop.run(runner.cleanup())
+
+
+def test_a_small_real_drill_reports_what_happened_number_by_number(rest_and_mcp: str, tmp_path: Path) -> None:
+    """Three runs of an agent that never retries (clean, and two samples that drew the same rule: the
+    first weather call gets a 503), in two shards. Each run: a probe answered 404 by the upstream, three
+    weather calls, MCP initialize and a tools/call, all from one address (one session)."""
+    agent, suite = tmp_path / "agent.py", tmp_path / "suite.yaml"
+    agent.write_text(PROBING_AGENT)
+    suite.write_text(ONE_RULE_SUITE)
+    shards = [tmp_path / f"s{index}" for index in (0, 1)]
+    for index, folder in enumerate(shards):
+        done = chaosproxy("drill", "--agent", f"{sys.executable} {agent}", "--upstream", rest_and_mcp,
+                          "--suite", str(suite), "--randomize", "2", "--baseline", "1", "--seed", "5",
+                          "--timeout", "60", "--shard", f"{index}/2", "--out", str(folder), timeout=300)
+        assert done.returncode == 0, done.stderr
+    # shard 0 holds run-1 (clean) and run-3 (sample-2); shard 1 run-2 (sample-1): each line names its fault
+    assert done.stdout.startswith("sample-1 (http_error)  0/1 passed (1 failed)\n"), done.stdout
+    gate = ["--fail-under", "overall=0"]
+    alone = chaosproxy("report", str(shards[0]), "--merge", *gate)
+    assert alone.returncode == 3 and "gate failed: cannot be checked: shard(s) 1/2 not given" in alone.stderr
+
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    whole = chaosproxy("report", *map(str, shards), "--merge", *gate, "--json", str(out), "--html", str(page))
+    assert whole.returncode == 0, whole.stderr
+    data = json.loads(out.read_text())
+    b = data["behaviour"]
+    # by hand: 3 sessions (one per run); 5 tool calls a run (the probe, 3 weather calls, 1 tools/call;
+    # initialize is MCP's plumbing); the 503 in each sample run is the one call a fault changed and
+    # disrupted; the probe's 404 is the upstream's own, in every run
+    assert (b["sessions"], b["tool_calls"], b["perturbed_calls"], b["disrupted_calls"],
+            b["failed_upstream_calls"], b["incomplete_calls"]) == (3, 15, 2, 2, 3, 0)
+    # the agent went on to the next city: no retry, nothing got through on one, and both runs failed
+    assert b["recovery"] | {"median_time_to_get_through_ms": None} == {
+        "incidents": 2, "retried": 0, "got_through": 0, "recovered": 0, "judged": 2,
+        "median_time_to_get_through_ms": None, "max_time_to_get_through_ms": None}
+    profile = data["profile"]
+    assert (profile["overall"]["clean"]["successes"], profile["overall"]["clean"]["runs"]) == (1, 1)
+    assert (profile["overall"]["perturbed"]["successes"], profile["overall"]["perturbed"]["runs"]) == (0, 2)
+    html = page.read_text()
+    for definition in ("what it counts", "tool calls at least one fault fired on",
+                       "with no fault to blame", "whose run reached its goal", "Wilson"):
+        assert definition in html
+
+    compared = tmp_path / "c.json"
+    done = chaosproxy("report", str(shards[0]), str(shards[1]), "--json", str(compared))
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(compared.read_text())["rows"] if row["section"] == "scenario"}
+    assert set(rows) == {"sample-2 (new: sample-1)"}  # the same rules under both labels, paired by content
+    merged = tmp_path / "merged"
+    assert chaosproxy("merge", *map(str, shards), "--out", str(merged)).returncode == 0
+    done = chaosproxy("report", str(merged), str(merged), "--json", str(compared))
+    rows = {row["name"]: row for row in json.loads(compared.read_text())["rows"] if row["section"] == "scenario"}
+    assert set(rows) == {"clean", "sample-1, sample-2"} and rows["sample-1, sample-2"]["base"]["runs"] == 2

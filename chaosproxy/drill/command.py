@@ -182,7 +182,7 @@ def _drill(args: argparse.Namespace) -> int:
     except (FileExistsError, ValueError) as exc:
         print(f"chaosproxy drill: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    print(summary(results))
+    print(summary(results, folder))
     print(f"\nruns and logs in {folder}/; the report: chaosproxy report {folder} --html report.html")
     if args.fail_under and (status := gate(build_profile(results), args.fail_under, [], [])):
         return status
@@ -201,15 +201,26 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if result["status"] == "error" else 0
 
 
-def summary(results: list[dict[str, object]]) -> str:
-    """Passed out of runs per configuration, in plan order."""
+def summary(results: list[dict[str, object]], folder: Path) -> str:
+    """Passed out of runs per configuration, in plan order, each named with the faults its scenario
+    injects (read from its first run's scenario.yaml in the drill's `folder`)."""
+    from chaosproxy.drill.plan import injected_faults
+
     by_label: dict[str, collections.Counter[str]] = {}
+    names: dict[str, str] = {}
     for result in results:
-        by_label.setdefault(str(result["label"]), collections.Counter())[str(result["status"])] += 1
-    width = max(len(label) for label in by_label)
+        label = str(result["label"])
+        if label not in names:
+            try:
+                faults = injected_faults((folder / str(result["run"]) / "scenario.yaml").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                faults = []
+            names[label] = f"{label} ({', '.join(faults)})" if faults else label
+        by_label.setdefault(label, collections.Counter())[str(result["status"])] += 1
+    width = max(len(name) for name in names.values())
     lines = []
     for label, counts in by_label.items():
         others = ", ".join(f"{counts[s]} {s}" for s in ("failed", "timeout", "error") if counts[s])
-        line = f"{label.ljust(width)}  {counts['passed']}/{counts.total()} passed"
+        line = f"{names[label].ljust(width)}  {counts['passed']}/{counts.total()} passed"
         lines.append(f"{line} ({others})" if others else line)
     return "\n".join(lines)

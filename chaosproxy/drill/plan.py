@@ -32,6 +32,18 @@ class RunSpec:
     scenario_dir: str | None = None  # where the scenario came from: files it names are found there
 
 
+def injected_faults(scenario_text: str) -> list[str]:
+    """The fault types a scenario's enabled rules inject, in rule order, each once (to name a sample)."""
+    try:
+        data = yaml.safe_load(scenario_text)
+    except yaml.YAMLError:
+        return []
+    rules = data.get("rules") if isinstance(data, dict) else None
+    types = [rule["fault"].get("type") for rule in rules or []
+             if isinstance(rule, dict) and rule.get("enabled", True) and isinstance(rule.get("fault"), dict)]
+    return list(dict.fromkeys(str(name) for name in types if name is not None))
+
+
 def derive_seed(root: int, label: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{root}:{label}".encode()).digest()[:4], "big")
 

@@ -44,5 +44,5 @@ def trajectories(source: Path | Drill) -> Iterator[dict[str, Any]]:
         log = source.log(result["run"])
         if log.is_file():
             outcome = {"drill_run": result["run"], "scenario": result["label"], "status": result["status"],
-                       "success": result["success"]}
+                       "success": result.get("success")}
             yield from ({**outcome, **trajectory(session)} for session in read_sessions(log))
