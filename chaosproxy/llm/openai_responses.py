@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from chaosproxy.llm import stream, view
 from chaosproxy.llm.actions import EmptyCompletion
 from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall
@@ -113,7 +115,6 @@ class Editor(stream.Editor):
         self.calls: dict[str, stream.HeldCall] = {}  # item id -> its call
         self.edited: dict[str, tuple[str, str]] = {}  # item id -> the call's name and arguments, as sent
         self.snapshot: dict[str, Any] = {}  # the response as last announced (for response.failed)
-        self.next_sequence: int | None = None
         self.left_out = 0  # events of an empty reply left out so far
 
     def edit(self, event: stream.Event) -> list[stream.Event]:
@@ -182,18 +183,16 @@ class Editor(stream.Editor):
                 None, False
         return [event]
 
-    def sent(self, event: stream.Event) -> None:
-        if isinstance(event.data, dict) and isinstance(number := event.data.get("sequence_number"), int):
-            self.next_sequence = number + 1
-
-    def error_events(self, name: str, data: bytes) -> list[bytes]:
-        error = stream.parse(b"data: " + data + b"\n\n").data or {}
-        numbered = {"sequence_number": self.next_sequence} if self.next_sequence is not None else {}
+    def error_events(self, name: str, data: bytes, replaced: stream.Event) -> list[bytes]:
+        """The error event, numbered as the event it replaces, then `response.failed` with the response so far."""
+        error = orjson.loads(data)
         failed = {**self.snapshot, "status": "failed",
                   "error": {"code": error.get("code"), "message": error.get("message")}}
-        after = {"sequence_number": self.next_sequence + 1} if self.next_sequence is not None else {}
-        return [stream.frame({**error, **numbered}, name),
-                stream.frame({"type": "response.failed", "response": failed, **after}, "response.failed")]
+        number = replaced.data.get("sequence_number") if isinstance(replaced.data, dict) else None
+        numbered = isinstance(number, int)
+        return [stream.frame({**error, **({"sequence_number": number} if numbered else {})}, name),
+                stream.frame({"type": "response.failed", "response": failed,
+                              **({"sequence_number": number + 1} if numbered else {})}, "response.failed")]
 
 
 def _put(event: stream.Event, holder: dict[str, Any], **values: Any) -> None:

@@ -164,13 +164,12 @@ class Editor:
             counts = bool(points) and streams.sse_data(event.raw) is not None
             if counts and self.relayed in points and (error := self.decisions.stream_error(self.relayed)):
                 self.ended = True
-                out += self.error_events(*error)
+                out += self.error_events(*error, event)
                 return out
             for call in event.starts:
                 self._settle(call)
             out.append(event.wire())
             self.relayed += counts
-            self.sent(event)
         return out
 
     def _settle(self, call: HeldCall) -> None:
@@ -185,11 +184,8 @@ class Editor:
             for event in call.events:
                 event.dirty, event.extra = False, b""
 
-    def sent(self, event: Event) -> None:
-        """Called for each event as it goes (Responses keeps its sequence numbers)."""
-
-    def error_events(self, name: str, data: bytes) -> list[bytes]:
-        """The planned error event, as the format sends it."""
+    def error_events(self, name: str, data: bytes, replaced: Event) -> list[bytes]:
+        """The planned error event, as the format sends it in place of `replaced` and what follows."""
         return [(b"event: " + name.encode() + b"\n" if name else b"") + b"data: " + data + b"\n\n"]
 
     def edit(self, event: Event) -> list[Event]:
