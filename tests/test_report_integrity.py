@@ -166,7 +166,13 @@ def test_a_model_call_retried_is_the_same_turn_again(tmp_path: Path) -> None:
     log.fault(0.4, "busy", "llm_error", "respond", session="127.0.0.1", api="anthropic")
     log.call(0.4, 5, session="127.0.0.1", status=529, outcome="fault_response", faults=("busy",), turn=2, **model)
     log.call(0.5, 5, session="127.0.0.1", turn=3, **model)  # moved on without turn 2's answer
-    r = behaviour(read_sessions(log.write(tmp_path / "log.jsonl"))).recovery
+    # a fault on a tool call in the model's reply names that tool call's id: it joins its model-API call
+    log.fault(0.6, "cut", "malformed_tool_call", "rewrite", component="action", session="127.0.0.1",
+              rpc_id="toolu_1", api="anthropic")
+    log.call(0.6, 5, session="127.0.0.1", faults=("cut",), turn=4, **model)
+    b = behaviour(read_sessions(log.write(tmp_path / "log.jsonl")))
+    assert (b.model_calls, b.disrupted_model_calls, b.unattached_faults) == (6, 2, 0)
+    r = b.recovery
     assert (r.incidents, r.retried, r.got_through) == (2, 1, 1)
 
 

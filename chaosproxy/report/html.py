@@ -9,7 +9,10 @@ from chaosproxy.report.build import Report, Timeline
 from chaosproxy.report.profile import Profile
 from chaosproxy.report.svg import CALL_COLOURS, CLEAN_COLOUR, COMPONENT_COLOURS, profile_chart, timeline_chart
 from chaosproxy.report.tables import (
+    CONFIGURATION_NOTE,
+    FAULTS_NOTE,
     PROFILE_NOTE,
+    RECOVERY_NOTE,
     Table,
     behaviour_table,
     configuration_table,
@@ -66,7 +69,7 @@ def _profile(profile: Profile) -> str:
     if profile.by_fault:
         parts += ["<h3>By fault type</h3>", profile_chart(profile.by_fault, "fault"),
                   html_table(profile_table(profile.by_fault, "fault"))]
-    parts += ["<h3>By scenario</h3>", html_table(configuration_table(profile))]
+    parts += ["<h3>By scenario</h3>", html_note(CONFIGURATION_NOTE), html_table(configuration_table(profile))]
     if notes := profile_notes(profile):
         parts.append(html_note(notes))
     return "\n".join(parts)
@@ -75,9 +78,10 @@ def _profile(profile: Profile) -> str:
 def _behaviour(b: Behaviour) -> str:
     parts = ['<h2 id="behaviour">Agent behaviour</h2>', html_table(behaviour_table(b))]
     if b.recovery_by_component:
-        parts += ["<h3>Recovery by component of the fault</h3>", html_table(recovery_table(b))]
+        parts += ["<h3>Recovery by component of the fault</h3>", html_note(RECOVERY_NOTE),
+                  html_table(recovery_table(b))]
     if b.faults_by_type:
-        parts += ["<h3>Faults fired</h3>", html_table(faults_table(b))]
+        parts += ["<h3>Faults fired</h3>", html_note(FAULTS_NOTE), html_table(faults_table(b))]
     return "\n".join(parts)
 
 

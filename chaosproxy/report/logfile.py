@@ -157,7 +157,7 @@ class Call:
     def claims(self, fault: Fault) -> bool:
         if self.rpc_id is not None:
             return fault.rpc_id == self.rpc_id
-        if fault.rpc_id is not None:
+        if fault.rpc_id is not None and self.api is None:  # (a model-API fault's id is its tool call's)
             return False
         # A plain HTTP call: by the rules its line names, or, for a fault on its response body that a
         # log line did not name, by its request and its time (it fired while the call was under way).

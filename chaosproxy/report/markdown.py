@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from chaosproxy.report.build import Report
 from chaosproxy.report.tables import (
+    CONFIGURATION_NOTE,
+    FAULTS_NOTE,
     PROFILE_NOTE,
+    RECOVERY_NOTE,
     Table,
     behaviour_table,
     configuration_table,
@@ -29,13 +32,13 @@ def render_markdown(report: Report) -> str:
         lines += ["## Robustness profile", "", PROFILE_NOTE, ""]
         lines += _table(profile_table([profile.overall, *profile.by_component], "component"))
         lines += ["### By fault type", "", *_table(profile_table(profile.by_fault, "fault"))]
-        lines += ["### By scenario", "", *_table(configuration_table(profile))]
+        lines += ["### By scenario", "", CONFIGURATION_NOTE, "", *_table(configuration_table(profile))]
         if notes := profile_notes(profile):
             lines += [notes, ""]
     b = report.behaviour
     lines += ["## Agent behaviour", "", *_table(behaviour_table(b))]
     if b.recovery_by_component:
-        lines += ["### Recovery by component of the fault", "", *_table(recovery_table(b))]
+        lines += ["### Recovery by component of the fault", "", RECOVERY_NOTE, "", *_table(recovery_table(b))]
     if b.faults_by_type:
-        lines += ["### Faults fired", "", *_table(faults_table(b))]
+        lines += ["### Faults fired", "", FAULTS_NOTE, "", *_table(faults_table(b))]
     return "\n".join(lines)

@@ -15,6 +15,13 @@ PROFILE_NOTE = ("Success rate of clean baseline runs against runs where a fault 
                 "interval. A drop whose interval stays above 0 is a real weakness at this sample size.")
 
 
+CONFIGURATION_NOTE = ("Per configuration of the drill (clean, a scenario file, a sample): the success rate of its "
+                      "runs (runs the drill's machinery failed, status error, count for nothing), how its runs "
+                      "ended, and the faults that fired in them (fault lines, summed over its runs).")
+RECOVERY_NOTE = "The incidents above by the POMDP component of the fault that disrupted the call."
+FAULTS_NOTE = "Fault lines in the log by fault type: every time a fault fired, whatever call it hit."
+
+
 def heading(report: Report) -> str:
     """Where the numbers come from."""
     text = f"{report.source} · generated {report.generated} · chaosproxy {__version__}"
@@ -64,7 +71,7 @@ def _recovery_rows(recovery: Recovery) -> list[list[str]]:
         ["recovered", recovered,
          "incidents whose run reached its goal (a drill's verdict: passed) after the fault; n/a for a log "
          "alone, which holds no verdict"
-         + (f" (out of {recovery.judged} incidents in runs with a verdict)" if recovery.judged != n else "")]]
+         + (f" (out of {recovery.judged} incidents in runs with a verdict)" if 0 < recovery.judged != n else "")]]
 
 
 def behaviour_table(b: Behaviour) -> Table:
