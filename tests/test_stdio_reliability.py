@@ -13,10 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-PROXY = [sys.executable, "-m", "chaosproxy", "stdio"]
-WAIT = 60
+from tests.stdio_support import PROXY, WAIT, alive, gone_within, rpc, scenario_file, server_of
 
 BURST_SERVER = '''\
 """Answers `burst` with N progress notifications, then the reply; `die` after 0.5 s if asked."""
@@ -61,37 +59,12 @@ def script(tmp_path: Path, name: str, text: str) -> list[str]:
     return [sys.executable, str(path)]
 
 
-def scenario(tmp_path: Path, *rules: dict) -> str:
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"rules": list(rules)}))
-    return str(path)
-
-
-def rpc(rpc_id: int, method: str, **params: object) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}).encode() + b"\n"
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def child_of(pid: int) -> int:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if children:
-            return int(children[0])
-        time.sleep(0.05)
-    raise AssertionError("the relay started no server")
-
-
 def test_notifications_are_never_overtaken_under_latency(tmp_path: Path):
-    rules = scenario(tmp_path, {"name": "slow-notes", "match": {"method": "notifications/*"}, "probability": 0.5,
-                                "fault": {"type": "latency", "delay_ms": 2, "at": "response"}})
-    done = subprocess.run([*PROXY, "--scenario", rules, "--", *script(tmp_path, "burst.py", BURST_SERVER)],
+    rules = scenario_file(tmp_path, {"name": "slow-notes", "match": {"method": "notifications/*"},
+                                     "probability": 0.5,
+                                     "fault": {"type": "latency", "delay_ms": 2, "at": "response"}})
+    burst = script(tmp_path, "burst.py", BURST_SERVER)
+    done = subprocess.run([*PROXY, "--scenario", str(rules), "--", *burst],
                           input=rpc(1, "burst", n=2000), capture_output=True, timeout=WAIT)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -100,10 +73,11 @@ def test_notifications_are_never_overtaken_under_latency(tmp_path: Path):
 
 
 def test_a_server_crash_while_a_request_is_held_ends_the_relay_at_once(tmp_path: Path):
-    rules = scenario(tmp_path, {"name": "held", "match": {"method": "slow"},
-                                "fault": {"type": "latency", "delay_ms": 30_000}})
-    relay = subprocess.Popen([*PROXY, "--scenario", rules, "--", *script(tmp_path, "burst.py", BURST_SERVER),
-                              "--die"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    rules = scenario_file(tmp_path, {"name": "held", "match": {"method": "slow"},
+                                     "fault": {"type": "latency", "delay_ms": 30_000}})
+    burst = script(tmp_path, "burst.py", BURST_SERVER)
+    relay = subprocess.Popen([*PROXY, "--scenario", str(rules), "--", *burst, "--die"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     started = time.monotonic()
     assert relay.stdin is not None and relay.stdout is not None
     relay.stdin.write(rpc(1, "slow"))
@@ -124,7 +98,7 @@ def stubborn(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert relay.stdout is not None and relay.stdout.readline() == b"ready\n"
-        yield relay, child_of(relay.pid)
+        yield relay, server_of(relay.pid)
     finally:
         relay.kill()
         relay.wait(WAIT)
@@ -142,19 +116,16 @@ def test_a_killed_relay_leaves_no_orphan(stubborn):
     relay, server = stubborn
     relay.kill()
     relay.wait(WAIT)
-    deadline = time.monotonic() + 10
-    while alive(server) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if alive(server):
+    if not gone_within(server, 10):
         os.kill(server, signal.SIGKILL)
         pytest.fail("the server outlived its relay")
 
 
 def test_a_100_mb_line_and_binary_garbage_pass_through_unheld(tmp_path: Path):
-    rules = scenario(tmp_path, {"name": "watch", "match": {"method": "never"},  # lines are examined
-                                "fault": {"type": "latency", "delay_ms": 1, "at": "response"}})
+    rules = scenario_file(tmp_path, {"name": "watch", "match": {"method": "never"},  # lines are examined
+                                     "fault": {"type": "latency", "delay_ms": 1, "at": "response"}})
     log = tmp_path / "log.jsonl"
-    relay = subprocess.Popen([*PROXY, "--scenario", rules, "--log", str(log), "--",
+    relay = subprocess.Popen([*PROXY, "--scenario", str(rules), "--log", str(log), "--",
                               *script(tmp_path, "flood.py", FLOOD_SERVER.format(mib=100))],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert relay.stdin is not None and relay.stdout is not None

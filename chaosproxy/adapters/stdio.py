@@ -3,19 +3,19 @@
 The agent runs us in place of the server (we are the command in its MCP config): its stdin lines
 go to the child's stdin, the child's stdout lines come back on our stdout, and the child's stderr is
 ours. A line passes byte for byte unless a fault changes it, a line that is not JSON passes too,
-and only the line in hand is ever held. Every fault, wire or message level, acts per line.
+and a line is held only while a fault holds it (within a byte bound). Every fault, wire or message
+level, acts per line. The server runs in a process group of its own, which never outlives the relay.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import functools
 import os
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -38,8 +38,9 @@ KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL; after SIGKILL, before giving 
 DRAIN_GRACE = 1.0  # after the server exits, how long its last lines may take (a grandchild may hold the pipe)
 EXIT_CRASHED = 1  # our exit status after a reset: the agent saw the server die
 MAX_LINE = 16 << 20  # a longer line passes through in pieces, unexamined: it is never held whole
-LANE_DEPTH = 1000  # messages a direction may hold behind a delay before it stops reading, as a full pipe does
-PR_SET_PDEATHSIG = 1
+LANE_BYTES = 16 << 20  # line bytes a direction may hold behind faults before it stops reading (a full pipe)
+LANE_DEPTH = 1000  # and messages (each costs a task besides its bytes)
+GUARDIAN = "trap '' HUP INT TERM; while read -r _; do :; done; kill -KILL 0"  # see ServerProcess
 HTTP_ERROR = -32000  # what an HTTP bridge in front of a stdio server reports for an HTTP error
 
 
@@ -51,27 +52,54 @@ class SpawnError(Exception):
         self.status = status
 
 
-def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start the server with pipes for stdin and stdout; stderr and the environment are ours.
+class ServerProcess(subprocess.Popen[bytes]):
+    """The server command, in a process group of its own so that a signal reaches the server itself
+    and not just a launcher in front of it (`sh -c`, a wrapper script, npx, uvx).
 
-    On Linux the server is killed if the relay dies without stopping it (SIGKILL from the host):
-    it must never outlive the relay as an orphan.
+    The group's leader is a guardian: a shell, ignoring the signals we forward, that waits for the end
+    of a pipe only the relay holds. However the relay ends (SIGKILL included), the pipe closes and the
+    guardian kills the whole group: nothing the server started outlives the relay as an orphan.
     """
+
+    def __init__(self, command: Sequence[str]) -> None:
+        watched, self._lifeline = os.pipe()
+        try:
+            self._guardian = subprocess.Popen(["/bin/sh", "-c", GUARDIAN], stdin=watched,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              process_group=0)
+        finally:
+            os.close(watched)
+        self.group = self._guardian.pid
+        try:
+            super().__init__(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                             process_group=self.group)
+        except BaseException:
+            self.release()
+            raise
+
+    def signal_group(self, sig: int) -> None:
+        """Send `sig` to the server and everything it started (the guardian ignores all but SIGKILL).
+        A group that is gone, or holds only processes we may not signal, is no failure of the relay."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.group, sig)
+
+    def release(self) -> None:
+        """Let the guardian kill what is left of the group, and reap it: the relay is done with the server."""
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._guardian.wait(KILL_GRACE)
+
+
+def spawn(command: Sequence[str]) -> ServerProcess:
+    """Start the server with pipes for stdin and stdout; stderr and the environment are ours."""
     try:
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        return ServerProcess(command)
     except FileNotFoundError:
         raise SpawnError(127, f"chaosproxy stdio: {command[0]}: command not found") from None
     except OSError as exc:
         raise SpawnError(126, f"chaosproxy stdio: cannot run {command[0]}: {exc.strerror or exc}") from None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the parent goes (and at once if it already went)."""
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -106,28 +134,32 @@ class _Call:
 
 
 class _Pipe:
-    """The write end of one direction. Frames go out whole and in order (a drip holds the pipe, as a
-    slow pipe would), and a reader that went away closes the pipe instead of failing the relay."""
+    """The write end of one direction. Frames go out whole (a drip holds the pipe, as a slow pipe
+    would), and a reader that went away closes the pipe instead of failing the relay."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # held while one frame is going out
 
     async def send(self, data: bytes, drip: Drip | None = None) -> None:
+        async with self.lock:
+            await self.write(data, drip)
+
+    async def write(self, data: bytes, drip: Drip | None = None) -> None:
+        """`send` for a caller that holds the lock already (a long line going out piece by piece)."""
         if not data:
             return
         size, delay = (len(data), 0.0) if drip is None else (drip.chunk_bytes, drip.delay)
-        async with self._lock:
-            try:
-                for start in range(0, len(data), size):
-                    if start:
-                        await asyncio.sleep(delay)
-                    if self._writer.is_closing():
-                        return
-                    self._writer.write(data[start:start + size])
-                    await self._writer.drain()
-            except ConnectionError:
-                self.close()
+        try:
+            for start in range(0, len(data), size):
+                if start:
+                    await asyncio.sleep(delay)
+                if self._writer.is_closing():
+                    return
+                self._writer.write(data[start:start + size])
+                await self._writer.drain()
+        except ConnectionError:
+            self.close()
 
     def close(self) -> None:
         self._writer.close()
@@ -139,46 +171,63 @@ class _Pipe:
 
 
 class _Lane:
-    """One direction's deliveries, in order, as through a slow pipe: a message a delay holds holds
-    the ones after it too (head-of-line), and none overtakes another. A message's delay runs from
-    when it arrived, so a steady stream under `latency` keeps its rate and arrives late, not slower."""
+    """One direction's messages on their way out, some of them held by faults.
+
+    A held message holds up no message that may pass it: requests and replies are paired by id, so
+    they may arrive in any order, and a call held for seconds leaves the other calls alone. What has
+    an order keeps it: messages without an id (notifications, lines that are not JSON-RPC) go out in
+    the order they came, and every message goes out after those that came before it (the progress
+    notifications before the result they precede). A message's delay runs from when it arrived.
+    What is held is bounded as a full pipe bounds it: past LANE_BYTES or LANE_DEPTH held messages
+    the reader stops, and the writer on the other side waits.
+    """
 
     def __init__(self) -> None:
         self.tasks: set[asyncio.Task[None]] = set()
-        self._tail: asyncio.Task[None] | None = None
+        self._ordered_tail: asyncio.Task[None] | None = None  # the last message without an id, in turn
+        self._held_bytes = 0
 
-    async def deliver(self, work: Callable[[], Awaitable[None]], *, waits: bool) -> None:
-        """Carry out `work` in turn: at once when nothing is held and it does not wait, else behind the
-        held ones (the reader goes on meanwhile, up to LANE_DEPTH held messages)."""
-        if not waits and (self._tail is None or self._tail.done()):
-            await work()
+    async def deliver(self, work: Callable[[], Awaitable[None]], *, size: int, waits: bool,
+                      ordered: bool) -> None:
+        """Carry out `work` (which sends `size` bytes): at once when it does not wait and no message it
+        must follow is held, else in a task of its own, while the reader goes on within the bounds."""
+        before = self.ordered_tail()
+        if not waits and before is None:
+            await work()  # the line in hand: the pipe's own back-pressure holds the reader
             return
-        previous = self._tail
-
-        async def in_turn() -> None:
-            if previous is not None:
-                await asyncio.wait([previous])
-            await work()
-
-        task = self._tail = asyncio.create_task(in_turn())
+        task = asyncio.create_task(_after(before, work))
+        if ordered:
+            self._ordered_tail = task
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        if len(self.tasks) > LANE_DEPTH:
-            await asyncio.wait([task])
+        self._held_bytes += size
+        task.add_done_callback(functools.partial(self._release, size))
+        while self._held_bytes > LANE_BYTES or len(self.tasks) > LANE_DEPTH:
+            await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
 
-    async def idle(self) -> None:
-        if self._tail is not None:
-            await asyncio.wait([self._tail])
+    def ordered_tail(self) -> asyncio.Task[None] | None:
+        """The held message without an id that the next message must follow, if any."""
+        tail = self._ordered_tail
+        return tail if tail is not None and not tail.done() else None
+
+    def _release(self, size: int, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._held_bytes -= size
 
     def cancel(self) -> None:
         for task in self.tasks:
             task.cancel()
 
 
+async def _after(before: asyncio.Task[None] | None, work: Callable[[], Awaitable[None]]) -> None:
+    if before is not None:
+        await asyncio.wait([before])
+    await work()
+
+
 class StdioRelay:
     """One agent, one server process: relays lines both ways and carries out the engine's decisions."""
 
-    def __init__(self, engine: Engine, server: subprocess.Popen[bytes], *, session: str = SESSION,
+    def __init__(self, engine: Engine, server: ServerProcess, *, session: str = SESSION,
                  close_grace: float = CLOSE_GRACE) -> None:
         self.engine = engine
         self.server = server
@@ -191,9 +240,11 @@ class StdioRelay:
     async def run(self, agent_in: int, agent_out: int) -> int:
         """Relay until the server exits, the agent hangs up or a reset; the fds become the relay's.
 
-        SIGINT and SIGTERM are passed on to the server, as if the client had signalled it directly;
-        one that ignores them is killed after KILL_GRACE. Returns the status to exit with: the
-        server's, or EXIT_CRASHED after a reset.
+        SIGINT and SIGTERM are passed on to the server's process group, as if the client had signalled
+        the server directly; one that ignores them is killed after KILL_GRACE. When the agent hangs up,
+        what faults hold still goes out (bounded); when the server ends first (or a reset), the agent
+        sees it end at once and what is held is dropped. Returns the status to exit with: the server's,
+        or EXIT_CRASHED after a reset.
         """
         loop = asyncio.get_running_loop()
         in_fd, _ = _as_pipe(agent_in, reading=True)
@@ -214,22 +265,25 @@ class StdioRelay:
             await asyncio.wait([exited, requests, crashed], return_when=asyncio.FIRST_COMPLETED)
             requests.cancel()  # the agent hung up, the server is gone, or a reset
             agent_reading.close()
-            if exited.done():  # requests held by a delay have no one to go to: the agent learns at once
-                self._lanes[Phase.REQUEST].cancel()
-            await self._settle()
+            agent_left = not exited.done() and not self._crashed.is_set()
+            if agent_left:
+                await self._settle()
+            else:  # what a fault holds has no one to go to, or would reach the agent after the end
+                self._drop_held()
             await self._stop_server(exited)
             await asyncio.wait([replies], timeout=DRAIN_GRACE)  # relay what it said before it exited
-            await self._settle()
+            if agent_left:
+                await self._settle()
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             for task in (requests, replies, crashed):
                 task.cancel()
-            for lane in self._lanes.values():
-                lane.cancel()
+            self._drop_held()
             await self._to_agent.wait_closed(DRAIN_GRACE)
             if out_copier is not None:
                 await asyncio.to_thread(out_copier.join, DRAIN_GRACE)
+            await asyncio.to_thread(self.server.release)
             for call in list(self._pending.values()):
                 self._finish(call, "unanswered")
             self.engine.end_session(self.session)  # one agent per relay: its session ends with it
@@ -239,63 +293,74 @@ class StdioRelay:
         return EXIT_CRASHED if self._crashed.is_set() else status
 
     async def _settle(self) -> None:
-        """Let the messages a delay holds arrive (bounded) before the pipe they go to closes."""
+        """Let the messages faults hold arrive (bounded) before the pipe they go to closes."""
         held = [task for lane in self._lanes.values() for task in lane.tasks]
-        if held and not self._crashed.is_set():
+        if held:
             await asyncio.wait(held, timeout=self.close_grace)
 
+    def _drop_held(self) -> None:
+        for lane in self._lanes.values():
+            lane.cancel()
+
     def _pass_on(self, sig: int, exited: asyncio.Future[int]) -> None:
-        """A signal for the relay goes to the server; SIGKILL follows if it is still there after KILL_GRACE."""
+        """A signal for the relay goes to the server's group; SIGKILL follows if the server is still
+        there after KILL_GRACE."""
         if exited.done():
             return
-        self.server.send_signal(sig)
+        self.server.signal_group(sig)
         asyncio.get_running_loop().call_later(KILL_GRACE, self._kill_lingering, exited)
 
     def _kill_lingering(self, exited: asyncio.Future[int]) -> None:
         if not exited.done() and self.server.poll() is None:
             ops.warning("server (pid %d) ignored the signal for %g s; sending SIGKILL", self.server.pid, KILL_GRACE)
-            self.server.kill()
+            self.server.signal_group(signal.SIGKILL)
 
     async def _stop_server(self, exited: asyncio.Future[int]) -> None:
         """Close its stdin, as MCP clients do to end a session; SIGTERM, then SIGKILL, if it lingers."""
         self._to_server.close()
-        for escalate, grace in ((None, self.close_grace), (self.server.terminate, KILL_GRACE),
-                                (self.server.kill, KILL_GRACE)):
+        for escalate, grace in ((None, self.close_grace), (signal.SIGTERM, KILL_GRACE),
+                                (signal.SIGKILL, KILL_GRACE)):
             if escalate is not None:
-                ops.warning("server (pid %d) still running; sending %s", self.server.pid, escalate.__name__)
-                escalate()
+                ops.warning("server (pid %d) still running; sending %s", self.server.pid, escalate.name)
+                self.server.signal_group(escalate)
             await asyncio.wait([exited], timeout=grace)
             if exited.done():
                 return
 
     async def _pump(self, lines: AsyncIterator[tuple[bytes, bool]], phase: Phase) -> None:
-        """Relay one direction line by line: as is when no rule can act on it, else via the engine.
-
-        A line over MAX_LINE comes in pieces and goes out as they come, in turn, unexamined.
-        """
+        """Relay one direction line by line: as is when no rule can act on it, else via the engine."""
         pipe = self._to_server if phase is Phase.REQUEST else self._to_agent
         lane = self._lanes[phase]
-        oversize = False
         async for line, whole in lines:
-            if not whole or oversize:
-                if not oversize:
-                    oversize = True
-                    self.engine.log.skip(rule=None, transport=TRANSPORT, session=self.session, phase=phase,
-                                         reason=f"a line over {MAX_LINE >> 20} MiB passes through unexamined")
-                await lane.idle()
-                await pipe.send(line)
-                oversize = not whole
+            if not whole:
+                await self._pass_unexamined(line, lines, pipe, lane, phase)
                 continue
             msg = Message(TRANSPORT, phase, session=self.session, body=line.rstrip(b"\r\n"))
             if self.engine.active(phase):
                 await self._decide(msg, line, pipe, lane)
-            elif phase is Phase.REQUEST:
+                continue
+            if phase is Phase.REQUEST:
                 self._track(msg)  # before the server can answer it
-                out = line if msg.trace is None else msg.body + b"\n"  # msg.body: with our _meta
-                await lane.deliver(lambda out=out: pipe.send(out), waits=False)
-            else:
-                await lane.deliver(lambda line=line: pipe.send(line), waits=False)
+                if msg.trace is not None:
+                    line = msg.body + b"\n"  # with the trace context in its _meta
+            await lane.deliver(functools.partial(pipe.send, line), size=len(line), waits=False, ordered=True)
+            if phase is Phase.RESPONSE:
                 self._finish(self._track(msg), reply=msg.rpc)  # parsed only after it is on its way
+
+    async def _pass_unexamined(self, first: bytes, rest: AsyncIterator[tuple[bytes, bool]], pipe: _Pipe,
+                               lane: _Lane, phase: Phase) -> None:
+        """A line over MAX_LINE goes out in pieces as they come, after the messages it must follow,
+        with the pipe held so that no other message lands inside it."""
+        self.engine.log.skip(rule=None, transport=TRANSPORT, session=self.session, phase=phase,
+                             reason=f"a line over {MAX_LINE >> 20} MiB passes through unexamined")
+        if (before := lane.ordered_tail()) is not None:
+            await asyncio.wait([before])
+        async with pipe.lock:
+            await pipe.write(first)
+            async for piece, whole in rest:
+                await pipe.write(piece)
+                if whole:
+                    return
 
     def _track(self, msg: Message) -> _Call | None:
         """Pair the agent's requests with the server's replies by JSON-RPC id, for rules and the call log.
@@ -317,35 +382,40 @@ class StdioRelay:
             return call
         if "method" in rpc:
             return None  # a request from the server
-        answered = self._pending.pop(key, None)
+        answered = self._pending.get(key)  # pending until _finish: a fault may hold the reply yet
         if answered is not None:
             msg.request = answered.request
         return answered
 
     async def _decide(self, msg: Message, line: bytes, pipe: _Pipe, lane: _Lane) -> None:
-        """Ask the engine about one line and carry out its answer, in turn with the lines before it."""
+        """Ask the engine about one line and carry out its answer, after the messages it must follow.
+
+        What a fault holds is the message (its body and what was parsed of it), not the line too.
+        """
         original = msg.body
         assert original is not None
+        newline = line[len(original):]
         call = self._track(msg)
         fired = self.engine.decide(msg)
         if call is not None:
             call.faults.extend(f.rule.name for f in fired)
         actions = [f.action for f in fired]
         arrived = time.monotonic()
-        await lane.deliver(lambda: self._act(msg, line, original, actions, call, pipe, arrived),
-                           waits=any(_waits(action) for action in actions))
+        await lane.deliver(lambda: self._act(msg, original, newline, actions, call, pipe, arrived),
+                           size=len(line), waits=any(_waits(action) for action in actions),
+                           ordered=_keeps_order(msg))
 
-    async def _act(self, msg: Message, line: bytes, original: bytes, actions: list[Action],
+    async def _act(self, msg: Message, original: bytes, newline: bytes, actions: list[Action],
                    call: _Call | None, pipe: _Pipe, arrived: float) -> None:
         """Carry out the fired faults' actions on one message, in rule order (fail open on a bug)."""
         try:
-            await self._carry_out(msg, line, original, actions, call, pipe, arrived)
+            await self._carry_out(msg, newline, actions, call, pipe, arrived)
         except Exception:
             ops.exception("stdio: carrying out %s failed; passing the line through", actions)
-            await pipe.send(line)
+            await pipe.send(original + newline)
 
-    async def _carry_out(self, msg: Message, line: bytes, original: bytes, actions: list[Action],
-                         call: _Call | None, pipe: _Pipe, arrived: float) -> None:
+    async def _carry_out(self, msg: Message, newline: bytes, actions: list[Action], call: _Call | None,
+                         pipe: _Pipe, arrived: float) -> None:
         """Waits run from when the message arrived (`arrived`), not from when its turn came."""
         due = arrived
 
@@ -354,9 +424,8 @@ class StdioRelay:
             due += seconds
             await asyncio.sleep(max(0.0, due - time.monotonic()))
 
-        newline = line[len(original):]
-        rewritten = msg.body if msg.body is not original else None  # a Rewrite replaced the body
-        payload = line if rewritten is None else rewritten + newline
+        assert msg.body is not None
+        payload = msg.body + newline  # as it came, or as a Rewrite left it
         drip: Drip | None = None
         cut: int | None = None
         outcome = "ok"
@@ -416,6 +485,13 @@ class StdioRelay:
         )
         if request.trace is not None:
             request.trace.end(outcome, reply=reply)
+
+
+def _keeps_order(msg: Message) -> bool:
+    """A message without an id (a notification, a line that is not JSON-RPC) keeps its place in the
+    stream; requests and replies are paired by id, so they may arrive in any order."""
+    rpc = msg.rpc
+    return rpc is None or "id" not in rpc
 
 
 def _waits(action: Action) -> bool:
