@@ -21,7 +21,7 @@ from chaosproxy.drill import command as drill_command
 from chaosproxy.log import ops, setup_operational_log
 from chaosproxy.redact import redacted_url
 from chaosproxy.report import command as report_command
-from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario
+from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario, order_warnings, read_text
 
 EXIT_INVALID = 2
 
@@ -411,6 +411,8 @@ def _validate(files: list[str], scenario_dirs: list[Path]) -> int:
             else:
                 scenario = load_scenario(name, scenario_dirs)
                 print(f"{name}: ok ({len(scenario.rules)} rules)")
+                for warning in order_warnings(scenario, read_text(Path(name)), name):
+                    print(warning, file=sys.stderr)
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
             status = EXIT_INVALID

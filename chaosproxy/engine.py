@@ -26,7 +26,9 @@ from chaosproxy.message import Message, Phase
 from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.scenario import Rule, Scenario
 from chaosproxy.session import AgentView, SessionState
-from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
+from chaosproxy.sessions import AGENT_HEADER, MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
+
+AGENT_HEADER_KEY = AGENT_HEADER.lower().encode()
 
 
 def draw_seed() -> int:
@@ -51,7 +53,22 @@ MAX_KEYS = 4096  # content keys a rule remembers per session (LLM history), olde
 
 
 @dataclass(slots=True)
+class Tally:
+    """A rule's totals over the run, whatever becomes of sessions and gate counters (the console's numbers).
+
+    `fired` counts the rule's fault lines: each time the agent got something other than what was sent
+    (a tool list renamed, each call routed back, a resent history perturbed again), as /metrics does.
+    `matched` counts the messages it matched (each resend too) and the calls it routed.
+    """
+
+    matched: int = 0
+    fired: int = 0
+
+
+@dataclass(slots=True)
 class _Counter:
+    """A rule's gate counters in one session (or in all, with scope: global)."""
+
     matched: int = 0
     fired: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)
@@ -60,10 +77,11 @@ class _Counter:
 
 
 class _CompiledRule:
-    """A rule with its globs compiled and its per-session (or global) counters."""
+    """A rule with its globs compiled, its per-session (or global) counters and its totals."""
 
-    def __init__(self, rule: Rule) -> None:
+    def __init__(self, rule: Rule, tally: Tally) -> None:
         self.rule = rule
+        self.tally = tally
         m = rule.match
         checks: list[Callable[[Message], bool]] = []
         if m.transport is not None:
@@ -96,17 +114,23 @@ class _CompiledRule:
         self.checks = checks
         self.on_messages = rule.fault.on_messages
         self.methods = rule.fault.methods
+        # A JSON-RPC-level fault answers a request or breaks a reply, both of which carry an id: a
+        # notification is neither, so it does not use up the rule's gates.
+        self.ids_only = rule.fault.level is Level.JSONRPC
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
         self.needs_body = m.method is not None or m.tool is not None or self.on_messages
         self.rpc_only = m.method is not None or m.tool is not None  # only JSON-RPC requests carry these
         self.told_plain = False  # told once in the log that plain HTTP requests never match it
-        self.counters: dict[str, _Counter] = {}
+        # Per session key; the global counter under None, which no session key can be.
+        self.counters: dict[str | None, _Counter] = {}
 
     def matches(self, msg: Message) -> bool:
-        if self.on_messages and msg.rpc is None and (not self.on_plain_bodies or _is_batch(msg.body)):
+        rpc = msg.rpc if self.on_messages else None
+        if self.on_messages and rpc is None and (not self.on_plain_bodies or _is_batch(msg.body)):
             return False  # a JSON-RPC batch is no plain body: its ids and envelopes must stay as they are
-        if self.methods is not None and msg.rpc is not None and msg.method not in self.methods:
+        if rpc is not None and ((self.methods is not None and msg.method not in self.methods)
+                                or (self.ids_only and "id" not in rpc)):
             return False  # a JSON-RPC message the fault cannot change: it does not count toward the gates
         return all(check(msg) for check in self.checks)
 
@@ -115,7 +139,7 @@ class _CompiledRule:
         return self.rule.enabled and all(check(msg) for check in self.checks)
 
     def counter(self, session: str) -> _Counter:
-        key = session if self.rule.scope == "session" else "*"
+        key = session if self.rule.scope == "session" else None
         counter = self.counters.get(key)
         if counter is None:
             counter = self.counters[key] = _Counter()
@@ -147,6 +171,9 @@ class Engine:
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
         self._compiled: list[_CompiledRule] = []
+        self.tallies: dict[str, Tally] = {}  # by rule name: the run's totals, which no reset or session end undoes
+        self._under_way: dict[str, int] = {}  # calls being decided per session keyed by a client address alone
+        self._told_shared = False  # told once that several calls shared such a session at once
         self.load(scenario, keep_state=False)
 
     def load(self, scenario: Scenario, *, keep_state: bool = True) -> None:
@@ -157,7 +184,9 @@ class Engine:
         `first: 3` rule does not start over because another rule was patched.
         """
         previous = {rule.rule.name: rule for rule in self._compiled} if keep_state else {}
-        compiled = [_CompiledRule(rule) for rule in scenario.rules]
+        # totals go on under the same name, as /metrics' series do, whatever changed in the rule
+        self.tallies = {rule.name: self.tallies.get(rule.name) or Tally() for rule in scenario.rules}
+        compiled = [_CompiledRule(rule, self.tallies[rule.name]) for rule in scenario.rules]
         for rule in compiled:
             old = previous.get(rule.rule.name)
             if old is not None and _same_counting(old.rule, rule.rule):
@@ -166,6 +195,10 @@ class Engine:
             (phase, on_messages): [] for phase in Phase for on_messages in (False, True)}
         for rule in compiled:
             by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
+        # What decide() asks, by (phase, wire, messages): the rules in the order written, whatever their level.
+        self._in_order = {(phase, wire, messages): [rule for rule in compiled if rule.rule.fault.phase is phase
+                                                    and (messages if rule.on_messages else wire)]
+                          for phase in Phase for wire in (False, True) for messages in (False, True)}
         self.scenario = scenario
         self._compiled = compiled
         self.idle = not compiled  # no rule is loaded: nothing can act on any message
@@ -176,10 +209,11 @@ class Engine:
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
         self._rule_order = {rule.name: i for i, rule in enumerate(scenario.rules)}
         # could_act's answers by request head, kept by adapters that see many requests alike
-        # (HttpProxy.relay_plain); a new scenario starts with none. The headers a head check reads:
+        # (HttpProxy.relay_plain); a new scenario starts with none. The headers an adapter must read off
+        # a request's head: those a head check reads, and the one in which an agent names itself.
         self.head_verdicts: dict[Any, bool] = {}
-        self.head_headers = frozenset(name.lower().encode("latin-1", "replace") for rule in compiled
-                                      for name in rule.rule.match.header)
+        self.head_headers = frozenset([AGENT_HEADER_KEY, *(name.lower().encode("latin-1", "replace")
+                                                            for rule in compiled for name in rule.rule.match.header)])
         if not keep_state:
             self.sessions = SessionTable(self._session_changed, **self._session_limits)  # a new one: state
             # kept beside it elsewhere (the model-API relay's memory) sees the reset by its identity
@@ -246,28 +280,54 @@ class Engine:
         """The faults of the enabled message rules that match `msg`, before any gate is asked."""
         return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.rule.enabled and rule.matches(msg)]
 
+    def see(self, session: str, transport: str, route: str | None, agent: str | None = None) -> None:
+        """A request of `session` arrived, whatever rule it may meet: the session is numbered now if it is
+        new (named after `agent` when the agent named itself), so that draws do not depend on which rules
+        happen to match which requests. Adapters call it for every request while rules are loaded."""
+        self._entry(session, _view_of(transport, route), agent)
+
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""
         return self._entry(key, view).state
 
-    def _entry(self, key: str, view: str) -> Session:
+    def _entry(self, key: str, view: str, agent: str | None = None) -> Session:
         """Session `key` in the bounded table, marked used now (made, with its shared view, when new)."""
         def fresh() -> SessionState:
             shared = self.views.get(view)
             if shared is None:
                 shared = self.views[view] = AgentView()
             return SessionState(shared)
-        return self.sessions.enter(key, fresh)
+        return self.sessions.enter(key, fresh, agent=agent)
 
     def session_of(self, msg: Message) -> SessionState:
         """The state of `msg`'s session, whose agent view is shared by every session on its upstream
         (transport and route): tool routes and schemas survive a reconnect under a new session id."""
         return self.session(msg.session, _view_name(msg))
 
-    def _learn(self, msg: Message) -> None:
+    def call_began(self, session: str) -> None:
+        """A call that rules may act on began in a session keyed by its client's address alone (no session
+        id, no agent name). Two at once mean several clients share the session: which faults each meets
+        then depends on how their calls interleave, which is said once (with what to do about it)."""
+        if self._told_shared:
+            return
+        under_way = self._under_way[session] = self._under_way.get(session, 0) + 1
+        if under_way > 1:
+            self._told_shared = True
+            ops.warning("calls from %s came at once without an Mcp-Session-Id or an %s header: they share one "
+                        "session, so the faults each client meets depend on how their calls interleave. For the "
+                        "same faults in every run, give each agent a name of its own in %s.",
+                        session, AGENT_HEADER, AGENT_HEADER)
+
+    def call_ended(self, session: str) -> None:
+        """A call call_began told of is over."""
+        under_way = self._under_way.pop(session, 0) - 1
+        if under_way > 0:
+            self._under_way[session] = under_way
+
+    def _learn(self, msg: Message, session: SessionState) -> None:
         """Remember each tool's output schema as upstream lists it, before any rule reshapes the list,
         and its latest real structured result, so that faults keep the tool's results valid for it."""
-        view = self.session_of(msg).view
+        view = session.view
         result = call_result(msg)
         if result is not None:
             if result.get("structuredContent") is not None and not result.get("isError") and msg.tool:
@@ -299,13 +359,14 @@ class Engine:
         of (seed, rule, key) alone, and counts as one match however often it is resent.
         """
         fired: list[Fired] = []
+        entry = self._entry(msg.session, _view_name(msg))  # before any counter: they go when it goes
         steps: list[tuple[str, Callable[[], Fired | list[Fired] | None]]] = []
         if msg.phase is Phase.REQUEST and msg.method == "tools/call":
-            steps.append(("tool routes", lambda: self._route(msg)))
+            steps.append(("tool routes", lambda: self._route(msg, entry.state)))
         elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method in _LEARNED:
-            steps.append(("learning output schemas", lambda: self._learn(msg)))
-        rules = (self._by_kind[msg.phase, False] if wire else []) + (self._by_kind[msg.phase, True] if messages else [])
-        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg, key)) for rule in rules]
+            steps.append(("learning output schemas", lambda: self._learn(msg, entry.state)))
+        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg, entry, key))
+                  for rule in self._in_order[msg.phase, wire, messages]]
         for name, step in steps:
             try:
                 outcome = step()
@@ -322,7 +383,7 @@ class Engine:
             one.action = rewrites[-1].action
         return fired
 
-    def _route(self, msg: Message) -> list[Fired]:
+    def _route(self, msg: Message, session: SessionState) -> list[Fired]:
         """Calls to a tool name a fault showed the agent go where that fault said.
 
         Rules reshape the tool list in rule order, so a call is routed back through them in reverse:
@@ -330,7 +391,6 @@ class Engine:
         old shape, or answering it) applies in turn, down to the first rule. Each rule that routed
         the call is logged and attached to it.
         """
-        session = self.session_of(msg)
         session.tool_calls += 1
         rpc = msg.rpc
         name = msg.tool
@@ -362,6 +422,7 @@ class Engine:
                     continue  # a call already in the upstream's shape (a drifted tool called the old way)
                 action = Rewrite({**rpc, "params": params})
                 rpc = action.message
+            self.tallies[rule.name].matched += 1
             self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
             fired.append(Fired(rule, rule.fault, action))
             if isinstance(action, Reply):
@@ -369,7 +430,8 @@ class Engine:
             msg.replace(rpc)
         return fired
 
-    def _gate_and_act(self, compiled: _CompiledRule, msg: Message, key: str | None = None) -> Fired | None:
+    def _gate_and_act(self, compiled: _CompiledRule, msg: Message, entry: Session,
+                      key: str | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             if rule.enabled and compiled.rpc_only and not compiled.told_plain and msg.phase is Phase.REQUEST \
@@ -380,7 +442,7 @@ class Engine:
                               reason="the rule matches `method`/`tool`, which only JSON-RPC (MCP) requests carry; "
                                      "plain HTTP requests like this one never match it (told once)")
             return None
-        entry = self._entry(msg.session, _view_name(msg))  # before its counters: they go when it goes
+        compiled.tally.matched += 1
         session = entry.state
         rule.fault.observe(msg, session)
         counter = compiled.counter(msg.session)
@@ -407,9 +469,10 @@ class Engine:
             rng = random.Random(f"{self.seed}:{rule.name}:{key}")
         else:
             # One stream per (seed, rule, session, match index): the same run meets the same faults
-            # however requests from different sessions interleave. Sessions count by order of first
-            # appearance, since their ids (Mcp-Session-Id, ports) are random from run to run.
-            rng = random.Random(f"{self.seed}:{rule.name}:{entry.ordinal}:{index}")
+            # however requests from different sessions interleave. A session is known by its draw name
+            # (the agent's own name for it, else its order of first appearance), since its id
+            # (Mcp-Session-Id, a client address) changes from run to run.
+            rng = random.Random(f"{self.seed}:{rule.name}:{entry.draws}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
         action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, session, rule.name))
@@ -454,18 +517,18 @@ class Engine:
             rpc_id=msg.rpc_id, match_index=index, params=fault.params(),
             action=type(action).__name__.lower(), effect=effect, **extra,
         )
+        self.tallies[rule.name].fired += 1
         self.log.fault(**fields)
         if (trace := (msg.request or msg).trace) is not None:  # the span of the call it hit
             trace.fault(fields, action)
 
     def rule_counts(self) -> dict[str, tuple[int, int]]:
-        """Each rule's matches and firings so far, over every session (the console shows them)."""
-        return {compiled.rule.name: (sum(c.matched for c in compiled.counters.values()),
-                                     sum(c.fired for c in compiled.counters.values()))
-                for compiled in self._compiled}
+        """Each rule's matches and firings in the run so far (Tally), as the console shows them."""
+        return {name: (tally.matched, tally.fired) for name, tally in self.tallies.items()}
 
     def reset(self) -> None:
-        """Forget every counter and session state (the control API's POST /reset)."""
+        """Forget every gate counter and session state (the control API's POST /reset). The totals go on,
+        as the log and /metrics do: what happened before the reset still happened."""
         self.load(self.scenario, keep_state=False)
 
 
@@ -494,7 +557,11 @@ def _is_batch(body: bytes | None) -> bool:
 
 def _view_name(msg: Message) -> str:
     """The agent view a message's session shares: one per upstream (transport and route)."""
-    return f"{msg.transport} {msg.route or ''}"
+    return _view_of(msg.transport, msg.route)
+
+
+def _view_of(transport: str, route: str | None) -> str:
+    return f"{transport} {route or ''}"
 
 
 def _payload(action: Action) -> bytes | None:

@@ -12,13 +12,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from chaosproxy import yaml_limits
-from chaosproxy.faults import FaultSpec
+from chaosproxy.faults import FaultSpec, Level
+from chaosproxy.message import Phase
 from chaosproxy.named_files import ScenarioFiles, read_capped
 from chaosproxy.yaml_limits import BoundedLoader, YamlProblems
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite
 
 
 class Match(_Strict):
@@ -86,10 +87,20 @@ def check_route(prefix: str, url: str) -> None:
         raise ValueError(f"route {prefix} -> {url!r}: expected an http:// or https:// URL")
 
 
+MAX_SEED = 2**63 - 1  # a root seed goes as it is into the log, the rngs and OTLP's signed 64-bit attributes
+
+
+def check_seed(seed: int) -> int:
+    """`seed` when every part of the proxy takes it as it is; else a ValueError saying the range."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"a seed is a whole number from 0 to {MAX_SEED} (2^63-1), got {seed}")
+    return seed
+
+
 class Scenario(_Strict):
     """A set of rules, and the seed that makes every random choice reproducible."""
 
-    seed: int | None = Field(None, ge=0, description="unset: one is drawn and logged")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="unset: one is drawn and logged")
     description: str | None = None
     routes: dict[str, str] = Field(default_factory=dict, description="path prefix -> upstream URL, e.g. "
                                    "{/github: 'http://127.0.0.1:9001'}; --route and --upstream add to these")
@@ -180,6 +191,46 @@ async def off_loop[T](read: Callable[[], T], source: str, budget: float = PARSE_
         return await asyncio.wait_for(asyncio.to_thread(read), budget)
     except TimeoutError:
         raise ScenarioError([f"{source}:1: took longer than {budget:g} s to read; refused"]) from None
+
+
+def order_warnings(scenario: Scenario, text: str, source: str) -> list[str]:
+    """'FILE:LINE: rules[i]: warning: ...' for each rule applied before a rule written above it.
+
+    Rules apply in the order written, whatever their level, with one exception: on a model-API request
+    the rules on the whole HTTP request are decided first (an `llm_error`, a `latency`), then the rules
+    on what it carries (its prompt, its tools, the tool results in it). A rule of the first kind written
+    below one of the second may end the exchange before the other sees the request.
+    """
+    root, _ = compose(BoundedLoader(text), source)
+    warnings = []
+    for later, rule in enumerate(scenario.rules):
+        earlier = next((other for other in scenario.rules[:later]
+                        if _on_model_request_contents(other) and _on_model_request(rule, other)), None)
+        if earlier is not None:
+            line, path = locate(root, ("rules", later))
+            warnings.append(f"{source}:{line}: {path}: warning: on a model-API request, {rule.name!r} "
+                            f"({rule.fault.type}, on the whole HTTP request) is decided before {earlier.name!r} "
+                            f"({earlier.fault.type}, on what the request carries), though written after it: "
+                            f"when it ends the exchange, {earlier.name!r} never sees the request. "
+                            f"Write it above {earlier.name!r} to make the order plain.")
+    return warnings
+
+
+def _on_model_request_contents(rule: Rule) -> bool:
+    """A rule on what a model-API request carries: the prompt, or (named for the model API) tools and results."""
+    fault, match = rule.fault, rule.match
+    return fault.on_messages and ((fault.level is Level.LLM and fault.phase is Phase.REQUEST)
+                                  or match.api is not None or match.model is not None)
+
+
+def _on_model_request(rule: Rule, other: Rule) -> bool:
+    """A rule on a whole HTTP request that may match the model-API requests `other` matches."""
+    match = rule.match
+    if rule.fault.on_messages or rule.fault.phase is not Phase.REQUEST or match.method or match.tool:
+        return False  # (JSON-RPC requests alone carry a method or a tool)
+    from chaosproxy.llm import APIS
+    return match.api is None or any(fnmatch.fnmatchcase(api, match.api) and (
+        other.match.api is None or fnmatch.fnmatchcase(api, other.match.api)) for api in APIS)
 
 
 def _describe(error: Any, root: yaml.Node, source: str) -> str:

@@ -37,11 +37,12 @@ from chaosproxy.adapters.h1 import (
 )
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
-from chaosproxy.engine import Engine, Fired
+from chaosproxy.engine import AGENT_HEADER_KEY, Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase, parse_rpc, rpc_call
+from chaosproxy.sessions import agent_name
 from chaosproxy.redact import redacted_url
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
@@ -216,8 +217,8 @@ def head_with(head: bytes, headers: Headers) -> bytes:
 
 
 def session_and_path(raw_target: str, watched: bytes | None, peer: str) -> tuple[str, str]:
-    """A request's session (its Mcp-Session-Id, a legacy `sessionId` in the query, or the agent's
-    address) and its path (unquoted)."""
+    """A request's session (its Mcp-Session-Id, a legacy `sessionId` in the query, or `peer`: the name the
+    agent gave itself, else its address) and its path (unquoted)."""
     path, _, query = raw_target.partition("?")
     if watched is not None:
         session = watched.decode("latin-1")
@@ -227,6 +228,13 @@ def session_and_path(raw_target: str, watched: bytes | None, peer: str) -> tuple
     else:
         session = peer
     return session, unquote(path) if "%" in path else path
+
+
+def plain_session(watched: bytes | None, picked: Headers) -> tuple[bytes | None, str | None]:
+    """What session a plain-path request names (as `watched` does: its Mcp-Session-Id, else the name
+    the agent gave itself; None for its address), and that name, from the headers relay_plain picked."""
+    agent = agent_name(next((value for name, value in picked if name == AGENT_HEADER_KEY), None)) if picked else None
+    return (watched if watched is not None or agent is None else agent.encode()), agent
 
 
 def first_line(method: str, target: bytes) -> bytes:
@@ -352,9 +360,14 @@ class HttpProxy:
 
     def _message(self, method: str, raw_target: str, watched: bytes | None, headers: Headers, peer: str,
                  route: Route | None) -> Message:
-        session, path = session_and_path(raw_target, watched, peer)
-        return Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
-                       headers=HeaderView(headers), route=route.name if route else None)
+        """The Message of a request that arrived; the engine numbers its session now (Engine.see)."""
+        agent = agent_name(header(headers, AGENT_HEADER_KEY))
+        session, path = session_and_path(raw_target, watched, agent or peer)
+        msg = Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
+                      headers=HeaderView(headers), route=route.name if route else None)
+        if not self.engine.idle:
+            self.engine.see(session, self.transport, msg.route, agent)
+        return msg
 
     def _raw_message(self, method: bytes, target: bytes, watched: bytes | None, headers: Headers, peer: str,
                      route: Route) -> Message:
@@ -402,6 +415,7 @@ class HttpProxy:
                 keep_alive_lines += 1
             else:  # other hop-by-hop headers, Expect, a second Host or Content-Length
                 return None
+        session, agent = plain_session(session, picked)
         msg = None
         if not engine.idle:  # asked once for each head alike (what a rule's head checks read of it)
             key = (self.transport, route.name, method, target, *picked)
@@ -415,6 +429,8 @@ class HttpProxy:
                     verdicts[key] = could
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
+            engine.see(session.decode("latin-1") if session is not None else client.peer, self.transport,
+                       route.name, agent)
         length = max(length, 0)
         sent = as_sent(piece, length, route.host_header,
                        None if upstream_target is target else b"%b %b HTTP/1.1" % (method, upstream_target))
@@ -963,6 +979,9 @@ class Inspection:
 
     async def run(self) -> None:
         exchange, call = self.exchange, self.call
+        by_address = call.msg.session == exchange.peer  # no session id, no agent name: clients may share it
+        if by_address:
+            self.engine.call_began(call.msg.session)
         try:
             await self._run()
         except asyncio.CancelledError:
@@ -976,6 +995,8 @@ class Inspection:
         except Exception:
             self.proxy.internal_error(exchange, call)
         finally:
+            if by_address:
+                self.engine.call_ended(call.msg.session)
             if self.conn is not None and self.reader is not None:
                 self.conn.discard(self.reader)
             if not self.handed_over:  # (else the Passthrough logs it)

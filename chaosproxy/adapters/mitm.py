@@ -45,6 +45,7 @@ from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.llm.stream import Editor
 from chaosproxy.log import ops
 from chaosproxy.message import Message, Phase
+from chaosproxy.sessions import AGENT_HEADER, agent_name
 
 TRANSPORT = "mitm"
 DEFAULT_CONFDIR = Path("~/.mitmproxy")
@@ -185,11 +186,14 @@ class ChaosAddon:
         if request.pretty_host not in self.hosts:  # plain HTTP to a host we leave alone
             request.stream = True
             return
+        agent = agent_name(request.headers.get(AGENT_HEADER))
         session = (request.headers.get("Mcp-Session-Id") or request.query.get("sessionId")
-                   or request.query.get("session_id") or flow.client_conn.peername[0] or "-")
+                   or request.query.get("session_id") or agent or flow.client_conn.peername[0] or "-")
         msg = Message(TRANSPORT, Phase.REQUEST, session=session, http_method=request.method,
                       path=unquote(request.path.partition("?")[0]), headers=request.headers,
                       route=request.pretty_host)
+        if not self.engine.idle:
+            self.engine.see(session, TRANSPORT, msg.route, agent)
         state = flow.metadata[_KEY] = _Flow(msg)
         length = _body_length(request.headers, response=False)
         wanted = RULE_BODY_LIMIT if self.engine.needs_body else SMALL_BODY
