@@ -156,6 +156,20 @@ def _positive[T: (int, float)](kind: Callable[[str], T]) -> Callable[[str], T]:
     return parse
 
 
+def _seed(value: str) -> int:
+    """--seed (or CHAOSPROXY_SEED): a whole number every part of the proxy takes as it is."""
+    from chaosproxy.scenario import check_seed
+
+    try:
+        seed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    try:
+        return check_seed(seed)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
     from_env = [Path(folder) for folder in (_env("SCENARIO_DIR") or "").split(os.pathsep) if folder]
     parser.add_argument("--scenario-dir", type=Path, action="append", default=from_env, dest="scenario_dirs",
@@ -167,7 +181,7 @@ def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), help="scenario YAML (default: no faults)")
     _add_scenario_dir(parser)
-    parser.add_argument("--seed", type=int, default=_env("SEED"),
+    parser.add_argument("--seed", type=_seed, default=_env("SEED"),
                         help="root seed (default: the scenario's, else random)")
     parser.add_argument("--log", type=Path, default=_env("LOG"),
                         help="perturbation log, JSON lines (default: stderr)")

@@ -17,7 +17,7 @@ from chaosproxy.engine import Engine, draw_seed
 from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
 from chaosproxy.otel import NO_TRACING
 from chaosproxy.otel import from_environment as otel_tracing
-from chaosproxy.scenario import Scenario, load_scenario
+from chaosproxy.scenario import Scenario, check_seed, load_scenario
 from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S
 
 
@@ -29,11 +29,11 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
-    Raises ScenarioError before anything is opened when the scenario is invalid.
+    Raises ScenarioError before anything is opened when the scenario is invalid, ValueError when the seed is.
     """
     if scenario is None:
         scenario = load_scenario(scenario_path, scenario_dirs) if scenario_path is not None else Scenario()
-    seed = seed if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
+    seed = check_seed(seed) if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     path = Path(log_path) if log_path is not None else None
     stream: BinaryIO = open_log_file(path) if path is not None else sys.stderr.buffer
     log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S)

@@ -14,11 +14,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
-from chaosproxy.scenario import ScenarioError
+from chaosproxy.scenario import MAX_SEED, ScenarioError
 
 
 class DrillConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a timeout is finite
 
     agent: str  # a command line, split like a shell would but run without one
     upstream: str | None = None  # the tool server's URL; its path is kept in CHAOSPROXY_URL
@@ -31,7 +31,7 @@ class DrillConfig(BaseModel):
     timeout: float = Field(120, gt=0)
     jobs: int = Field(1, ge=1)
     judge: str | None = None
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     out: Path | None = None
     executor: Literal["local", "ray"] = "local"  # local processes, or a Ray task per run
     ray_address: str | None = None  # the cluster to join; unset: RAY_ADDRESS, else a local one

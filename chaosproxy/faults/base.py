@@ -51,6 +51,9 @@ class FaultContext:
     rule: str
 
 
+MAX_WAIT_MS = 86_400_000.0  # the longest wait a fault may add (a day): longer is a hang, which has its own fault
+
+
 class Fault(BaseModel):
     """Base of every fault. Subclasses set `type`, `component`, `level` and implement `act`.
 
@@ -60,7 +63,7 @@ class Fault(BaseModel):
     should act on but cannot (a binary result for a text fault): that is logged, not fired.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no endless or NaN wait
 
     type: str
     component: ClassVar[Component]

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Hang as HangAction
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 
 
 @register
@@ -13,7 +13,7 @@ class Hang(Fault):
     """Accept the request and never answer (or forward it only after release_after_ms)."""
 
     type: Literal["hang"] = "hang"
-    release_after_ms: float | None = Field(None, gt=0, description="forward normally after this long")
+    release_after_ms: float | None = Field(None, gt=0, le=MAX_WAIT_MS, description="forward normally after this long")
 
     component = Component.TRANSITION
     level = Level.TRANSPORT

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import random
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
 from chaosproxy.actions import Delay
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.message import Phase
 
 
@@ -14,13 +15,13 @@ class Latency(Fault):
     """Delay the request (or the response) by a fixed, jittered or randomly distributed time."""
 
     type: Literal["latency"] = "latency"
-    delay_ms: float = Field(ge=0, description="fixed: the delay; normal: mean; lognormal: median; "
-                                              "uniform: lower bound; pareto: scale")
-    jitter_ms: float = Field(0, ge=0, description="fixed: +/- uniform jitter; normal: std deviation")
+    delay_ms: float = Field(ge=0, le=MAX_WAIT_MS, description="fixed: the delay; normal: mean; lognormal: "
+                                                              "median; uniform: lower bound; pareto: scale")
+    jitter_ms: float = Field(0, ge=0, le=MAX_WAIT_MS, description="fixed: +/- uniform jitter; normal: std deviation")
     distribution: Literal["fixed", "uniform", "normal", "lognormal", "pareto"] = "fixed"
     sigma: float = Field(0.5, gt=0, description="lognormal: shape")
     alpha: float = Field(2.0, gt=0, description="pareto: shape (smaller = heavier tail)")
-    max_ms: float | None = Field(None, ge=0, description="uniform: upper bound; others: a cap")
+    max_ms: float | None = Field(None, ge=0, le=MAX_WAIT_MS, description="uniform: upper bound; others: a cap")
     at: Phase = Field(Phase.REQUEST, description="delay the request before forwarding, or the response")
 
     component = Component.TRANSITION
@@ -38,20 +39,28 @@ class Latency(Fault):
     def phase(self) -> Phase:
         return self.at
 
-    def sample_ms(self, rng) -> float:
+    def sample_ms(self, rng: random.Random) -> float:
+        """A delay drawn from the distribution, in ms: never negative, never past max_ms or MAX_WAIT_MS
+        (a heavy tail that overflows a float is the longest wait)."""
+        try:
+            ms = self._draw_ms(rng)
+        except OverflowError:
+            ms = MAX_WAIT_MS
+        ms = min(max(ms, 0.0), MAX_WAIT_MS)
+        return min(ms, self.max_ms) if self.max_ms is not None else ms
+
+    def _draw_ms(self, rng: random.Random) -> float:
         match self.distribution:
             case "fixed":
-                ms = self.delay_ms + rng.uniform(-self.jitter_ms, self.jitter_ms) if self.jitter_ms else self.delay_ms
+                return self.delay_ms + rng.uniform(-self.jitter_ms, self.jitter_ms) if self.jitter_ms else self.delay_ms
             case "uniform":
-                ms = rng.uniform(self.delay_ms, self.max_ms)
+                assert self.max_ms is not None  # (_check requires it)
+                return rng.uniform(self.delay_ms, self.max_ms)
             case "normal":
-                ms = rng.gauss(self.delay_ms, self.jitter_ms)
+                return rng.gauss(self.delay_ms, self.jitter_ms)
             case "lognormal":
-                ms = self.delay_ms * rng.lognormvariate(0.0, self.sigma)
-            case "pareto":
-                ms = self.delay_ms * rng.paretovariate(self.alpha)
-        ms = max(ms, 0.0)
-        return min(ms, self.max_ms) if self.max_ms is not None else ms
+                return self.delay_ms * rng.lognormvariate(0.0, self.sigma)
+        return self.delay_ms * rng.paretovariate(self.alpha)
 
     def act(self, ctx: FaultContext) -> Delay:
         return Delay(self.sample_ms(ctx.rng) / 1000)

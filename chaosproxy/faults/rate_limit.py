@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Respond
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.faults.http_error import error_body
 
 
@@ -15,7 +15,7 @@ class RateLimit(Fault):
     """Answer 429 with Retry-After; with rate_per_s, only when a real token bucket runs dry."""
 
     type: Literal["rate_limit"] = "rate_limit"
-    retry_after_s: float = Field(1, ge=0, description="Retry-After when no bucket is configured")
+    retry_after_s: float = Field(1, ge=0, le=MAX_WAIT_MS / 1000, description="Retry-After when no bucket is configured")
     rate_per_s: float | None = Field(None, gt=0, description="token refill rate; unset: always 429")
     burst: int = Field(1, ge=1, description="bucket capacity")
 

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Drip
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.message import Phase
 
 
@@ -15,7 +15,7 @@ class SlowBody(Fault):
 
     type: Literal["slow_body"] = "slow_body"
     chunk_bytes: int = Field(64, ge=1)
-    delay_ms: float = Field(100, ge=0)
+    delay_ms: float = Field(100, ge=0, le=MAX_WAIT_MS)
 
     component = Component.TRANSITION
     level = Level.TRANSPORT

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Reply
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.mcp import error_reply, result_reply, tool_error_result
 
 
@@ -14,7 +14,7 @@ class Timeout(Fault):
     """Answer a request with a message-level timeout: JSON-RPC -32001, or a tool error result."""
 
     type: Literal["timeout"] = "timeout"
-    after_ms: float = Field(0, ge=0, description="wait this long before answering, as a real timeout would")
+    after_ms: float = Field(0, ge=0, le=MAX_WAIT_MS, description="wait this long before answering, as a real timeout would")
     form: Literal["rpc_error", "tool_error"] = Field(
         "rpc_error", description="rpc_error: -32001 'Request timed out' (the TS SDK's own); "
                                  "tool_error: an isError result saying the tool timed out")
