@@ -5,14 +5,15 @@ Toxiproxy-style, so chaos drills can be scripted:
   GET /scenario         the scenario in force (JSON, defaults left out; PUT takes it back)
   PUT /scenario         replace it (YAML or JSON body); an invalid one is refused with FILE:LINE reasons
   PATCH /rules/{name}   {"enabled": bool, "probability": float}
-  POST /reset           forget counters and session state
+  POST /reset           forget gate counters and session state (the run's totals in /stats, /metrics go on)
   GET /events           the perturbation log as it is written, one JSON object a line (?event=fault;
                         ?last=N first replays the last N fault lines, up to 200)
   GET /metrics          Prometheus text
   GET /sessions         the sessions the proxy holds state for: count, limits and a page (?offset=&limit=)
   GET /healthz, GET /version
   GET /                 the live console, one self-contained page (chaosproxy/data/console.html)
-  GET /stats            rules with their matched/fired counts, call and fault totals, active sessions
+  GET /stats            each rule's totals over the run (matched; fired: its fault lines, as /metrics counts
+                        them), call and fault totals, active sessions
   POST /scenario/check  validate a scenario (FILE:LINE reasons) without putting it in force
 
 It must run on the event loop that serves the proxy: a scenario swap then never lands in the middle
@@ -196,11 +197,26 @@ class ControlServer:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         return scheme.lower() == "bearer" and _same(given.strip(), self.token)
 
+    def _in_force(self) -> dict[str, Any]:
+        """The scenario in force; a seed it names shows as the run's, the one in force (a --seed flag
+        may differ from it, and a scenario put in force later cannot change it)."""
+        data = scenario_json(self.engine.scenario)
+        if "seed" in data:
+            data["seed"] = self.engine.seed
+        return data
+
+    def _seed_notes(self, scenario: Scenario) -> list[str]:
+        """Why a scenario's seed would not be used, when it differs from the run's."""
+        if scenario.seed is None or scenario.seed == self.engine.seed:
+            return []
+        return [f"seed {scenario.seed} is not used: the run keeps seed {self.engine.seed}, as a seed is fixed "
+                "when the proxy starts (restart it with --seed to change it)"]
+
     async def _get_scenario(self, request: web.Request) -> web.Response:
         if request.query.get("format") == "yaml":  # for people (the console's editor)
-            text = yaml.safe_dump(scenario_json(self.engine.scenario), sort_keys=False, allow_unicode=True)
+            text = yaml.safe_dump(self._in_force(), sort_keys=False, allow_unicode=True)
             return web.Response(text=text, content_type="application/yaml")
-        return _json(scenario_json(self.engine.scenario))
+        return _json(self._in_force())
 
     async def _read_scenario(self, request: web.Request) -> Scenario | tuple[int, dict[str, Any]]:
         """The scenario in a request's body, or the status and reasons why it cannot be put in force.
@@ -230,7 +246,9 @@ class ControlServer:
         scenario = await self._read_scenario(request)
         if isinstance(scenario, tuple):
             return _json({"valid": False, **scenario[1]})
-        return _json({"valid": True, "rules": [rule.name for rule in scenario.rules]})
+        notes = self._seed_notes(scenario)
+        return _json({"valid": True, "rules": [rule.name for rule in scenario.rules],
+                      **({"notes": notes} if notes else {})})
 
     async def _put_scenario(self, request: web.Request) -> web.Response:
         scenario = await self._read_scenario(request)
@@ -240,10 +258,9 @@ class ControlServer:
         self.engine.load(scenario)
         self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
         ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
-        if scenario.seed is not None and scenario.seed != self.engine.seed:
-            ops.warning("control: the new scenario's seed %d is not used; the run keeps seed %d",
-                        scenario.seed, self.engine.seed)
-        return _json(scenario_json(scenario))
+        for note in self._seed_notes(scenario):
+            ops.warning("control: %s", note)
+        return _json(self._in_force())
 
     async def _patch_rule(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -343,7 +360,8 @@ class ControlServer:
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
 
     async def _stats(self, _: web.Request) -> web.Response:
-        """What the console polls: per-rule counts, call and fault totals (it derives rates), sessions."""
+        """What the console polls: per-rule totals (Engine.rule_counts: never less when a session ends),
+        call and fault totals (it derives rates), sessions."""
         counts = self.engine.rule_counts()
         rules = [{"name": rule.name, "enabled": rule.enabled, "probability": rule.probability,
                   "fault": rule.fault.type, "component": rule.fault.component,

@@ -179,12 +179,13 @@ def test_put_takes_yaml_or_json_and_get_gives_back_what_put_takes(controlled):
     """
     text = "\n".join(line.removeprefix("    ") for line in text.splitlines())
     shown = ctl.control.put_scenario(text)
-    assert shown == ctl.control.get_scenario() == scenario_json(parse_scenario(text))
+    # the seed shown is the run's, in force since it started (issue 25): a new scenario cannot change it
+    assert shown == ctl.control.get_scenario() == {**scenario_json(parse_scenario(text)), "seed": 7}
     assert shown["rules"][0] == {"name": "slow", "match": {"path": "/api/*", "header": {"X-Tenant": "a*"}},
                                  "probability": 0.25, "first": 3, "window": {"duration_s": 60.0},
                                  "fault": {"type": "latency", "delay_ms": 10.0, "distribution": "lognormal"}}
     assert ctl.control.put_scenario(shown) == shown  # JSON in, the same scenario out
-    assert ctl.proxy.engine.scenario == parse_scenario(text)
+    assert ctl.proxy.engine.scenario == parse_scenario(text).model_copy(update={"seed": 7})
 
 
 # --- rules and state ------------------------------------------------------------------------------------
