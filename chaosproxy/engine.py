@@ -284,7 +284,8 @@ class Engine:
         """A request of `session` arrived, whatever rule it may meet: the session is numbered now if it is
         new (named after `agent` when the agent named itself), so that draws do not depend on which rules
         happen to match which requests. Adapters call it for every request while rules are loaded."""
-        self._entry(session, _view_of(transport, route), agent)
+        if self.sessions.touch(session) is None:  # (the common case first: a session already held)
+            self._entry(session, _view_of(transport, route), agent)
 
     def session(self, key: str, view: str = "-") -> SessionState:
         """The state of session `key`; a new session shares the agent view named `view`."""
@@ -292,12 +293,14 @@ class Engine:
 
     def _entry(self, key: str, view: str, agent: str | None = None) -> Session:
         """Session `key` in the bounded table, marked used now (made, with its shared view, when new)."""
-        def fresh() -> SessionState:
-            shared = self.views.get(view)
-            if shared is None:
-                shared = self.views[view] = AgentView()
-            return SessionState(shared)
-        return self.sessions.enter(key, fresh, agent=agent)
+        return self.sessions.touch(key) or self.sessions.enter(key, lambda: self._fresh(view), agent=agent)
+
+    def _fresh(self, view: str) -> SessionState:
+        """A new session's state, sharing the agent view named `view`."""
+        shared = self.views.get(view)
+        if shared is None:
+            shared = self.views[view] = AgentView()
+        return SessionState(shared)
 
     def session_of(self, msg: Message) -> SessionState:
         """The state of `msg`'s session, whose agent view is shared by every session on its upstream

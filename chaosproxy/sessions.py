@@ -73,12 +73,10 @@ class SessionTable:
         """The session for `key`, made with `fresh()` when it is new or was idle too long; marks it used now.
         `agent`: the name the agent gave itself, which names the draws of a session it opens."""
         now = time.monotonic() if now is None else now
-        entry = self._entries.get(key)
+        entry = self.touch(key, now)
         if entry is not None:
-            if now - entry.seen <= self.ttl:
-                entry.seen = now
-                self._entries.move_to_end(key)
-                return entry
+            return entry
+        if key in self._entries:
             self._drop(key, "idle")
         self._expire(now)
         ordinal = self._next_ordinal
@@ -88,6 +86,18 @@ class SessionTable:
             self._on_change(key, "restarted", reason)
         if len(self._entries) > self.limit:
             self._drop(next(iter(self._entries)), "evicted")
+        return entry
+
+    def touch(self, key: str, now: float | None = None) -> Session | None:
+        """The session for `key` marked used now, or None when it is not held or was idle too long."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now = time.monotonic() if now is None else now
+        if now - entry.seen > self.ttl:
+            return None
+        entry.seen = now
+        self._entries.move_to_end(key)
         return entry
 
     def _draw_name(self, ordinal: int, agent: str | None) -> str:

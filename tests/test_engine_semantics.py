@@ -21,6 +21,8 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
@@ -31,6 +33,7 @@ from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control import ControlServer
 from chaosproxy.engine import Engine
 from chaosproxy.log import PerturbationLog
+from chaosproxy.report.logfile import read_sessions
 from chaosproxy.scenario import parse_scenario
 from chaosproxy.sessions import AGENT_HEADER
 from tests.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm  # noqa: F401
@@ -390,3 +393,95 @@ def test_run_warns_once_when_concurrent_clients_share_a_session(upstream: str, t
     assert "X-Chaosproxy-Agent" in shared
     named = proxy_stderr(lambda n: {AGENT_HEADER: f"agent-{n}"})
     assert "share one session" not in named, named
+
+
+# --- the property: named agents meet the same faults in every interleaving, and every count agrees --------
+
+AGENTS = ("alpha", "beta", "gamma")
+REQUESTS = {"weather": ("GET", "/api/weather?city=oslo", None), "search": ("POST", "/api/search", b'{"query": "q"}'),
+            "echo": ("GET", "/echo/a", None), "health": ("GET", "/health", None)}
+
+# Rules an agent sees (each its own status), with per-session gates, in front of unrelated ones: rules
+# that fire without changing what the agent gets (latency), on paths no agent asks for, or on a header
+# no agent sends. Adding, or interleaving, the latter may change no agent's faults.
+SEEN_RULES = st.lists(st.fixed_dictionaries({
+    "match": st.sampled_from([{"path": "/api/*"}, {"path": "/api/search"}, {"path": "/echo/*"},
+                              {"http_method": "GET"}]),
+    "probability": st.sampled_from([0.3, 0.5, 1.0]),
+    "after": st.integers(0, 2), "every": st.integers(1, 3), "first": st.sampled_from([None, 1, 3]),
+}), min_size=1, max_size=3)
+UNRELATED_RULES = st.lists(st.sampled_from([
+    {"match": {"path": "/api/weather"}, "fault": {"type": "latency", "delay_ms": 1}},
+    {"match": {"path": "/health"}, "probability": 0.5, "fault": {"type": "latency", "delay_ms": 1}},
+    {"match": {"path": "/never/*"}, "fault": DOWN},
+    {"match": {"header": {"x-never": "*"}}, "fault": DOWN},
+]), min_size=1, max_size=3)
+
+
+def seen_rule(i: int, gates: dict[str, Any]) -> dict[str, Any]:
+    return {"name": f"seen{i}", **{key: value for key, value in gates.items() if value is not None},
+            "fault": {"type": "http_error", "status": 500 + i}}
+
+
+@st.composite
+def drills(draw: st.DrawFn) -> dict[str, Any]:
+    """Named agents with their requests, seen rules, unrelated rules mixed in among them, and an interleaving."""
+    agents = {name: draw(st.lists(st.sampled_from(sorted(REQUESTS)), min_size=1, max_size=8))
+              for name in AGENTS[:draw(st.integers(2, 3))]}
+    seen = [seen_rule(i, gates) for i, gates in enumerate(draw(SEEN_RULES))]
+    mixed = list(seen)
+    for i, unrelated in enumerate(draw(UNRELATED_RULES)):
+        mixed.insert(draw(st.integers(0, len(mixed))), {"name": f"unrelated{i}", **unrelated})
+    turns = [name for name, requests in agents.items() for _ in requests]
+    return {"agents": agents, "seen": seen, "mixed": mixed, "order": draw(st.permutations(turns)),
+            "seed": draw(st.integers(0, 2**32 - 1))}
+
+
+def play(h: Harness, agents: dict[str, list[str]], order: list[str] | None) -> dict[str, list[int]]:
+    """Each agent's requests, one at a time in `order` (agents by name), or all agents at once (None)."""
+    seen: dict[str, list[int]] = {name: [] for name in agents}
+
+    def send(name: str, step: int) -> None:
+        method, path, body = REQUESTS[agents[name][step]]
+        seen[name].append(h.request(method, path, body=body, headers={AGENT_HEADER: name})[0])
+
+    if order is not None:
+        for name in order:
+            send(name, len(seen[name]))
+        return seen
+    threads = [threading.Thread(target=lambda name=name: [send(name, step) for step in range(len(agents[name]))])
+               for name in agents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return seen
+
+
+def assert_counts_agree(h: Harness, seen: dict[str, list[int]]) -> None:
+    """The log, /metrics, /stats and the report count the same faults, and each agent met its own."""
+    for rule, counts in h.counts().items():
+        assert counts["log"] == counts["metrics"] == counts["fired"] <= counts["matched"], rule
+    faults = log_events(h.log_path, "fault")
+    for session in read_sessions(h.log_path):
+        assert Counter(f.rule for f in session.faults) == Counter(
+            line["rule"] for line in faults if line["session"] == session.session)
+    for name, statuses in seen.items():
+        met = sorted(line["effect"]["status"] for line in faults
+                     if line["session"] == name and line["rule"].startswith("seen"))
+        assert met == sorted(status for status in statuses if status != 200), name
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drill=drills())
+def test_named_agents_meet_the_same_faults_in_every_interleaving_and_counts_agree(
+        server_loop: ServerLoop, upstream: str, tmp_path: Path, drill: dict[str, Any]) -> None:
+    agents, seed = drill["agents"], drill["seed"]
+    runs = []
+    for scenario_rules, order in ((drill["seen"], [name for name in agents for _ in agents[name]]),
+                                  (drill["mixed"], drill["order"]), (drill["seen"], None)):
+        with running(server_loop, {"rules": scenario_rules}, upstream, tmp_path, seed) as h:
+            seen = play(h, agents, order)
+            assert_counts_agree(h, seen)
+        runs.append(seen)
+    assert runs[0] == runs[1] == runs[2]

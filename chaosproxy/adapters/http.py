@@ -233,7 +233,7 @@ def session_and_path(raw_target: str, watched: bytes | None, peer: str) -> tuple
 def plain_session(watched: bytes | None, picked: Headers) -> tuple[bytes | None, str | None]:
     """What session a plain-path request names (as `watched` does: its Mcp-Session-Id, else the name
     the agent gave itself; None for its address), and that name, from the headers relay_plain picked."""
-    agent = agent_name(next((value for name, value in picked if name == AGENT_HEADER_KEY), None)) if picked else None
+    agent = agent_name(next((value for name, value in picked if name == AGENT_HEADER_KEY), None))
     return (watched if watched is not None or agent is None else agent.encode()), agent
 
 
@@ -415,7 +415,7 @@ class HttpProxy:
                 keep_alive_lines += 1
             else:  # other hop-by-hop headers, Expect, a second Host or Content-Length
                 return None
-        session, agent = plain_session(session, picked)
+        session, agent = plain_session(session, picked) if picked else (session, None)
         msg = None
         if not engine.idle:  # asked once for each head alike (what a rule's head checks read of it)
             key = (self.transport, route.name, method, target, *picked)
