@@ -17,6 +17,7 @@ the request sent there); `Call.finish` logs its call line, exactly once, whateve
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -32,7 +33,7 @@ from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.h1 import (
     AS_IS, AS_IS_NEVER, AS_IS_NO_EVENTS, IDEMPOTENT, Body, ClientConnection, ClientExchange, ClientLimits, Head,
-    Headers, UpstreamConnection, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
+    Headers, Listener, UpstreamConnection, UpstreamPool, chunk, ignore, keeps_alive, last_chunk, method_name,
     serialize_head, without_keep_alive,
 )
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
@@ -264,7 +265,7 @@ class HttpProxy:
         # longest prefix first, so /a/b wins over /a and / catches the rest
         self.routes = sorted((Route(prefix, url, engine, transport, upstream_timeout) for prefix, url in routes.items()),
                              key=lambda route: len(route.prefix), reverse=True)
-        self._server: asyncio.Server | None = None
+        self._listener: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(upstream_timeout)
         self.session_header = b"mcp-session-id"  # Head.watched: the agent's session when it names one
@@ -275,12 +276,11 @@ class HttpProxy:
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ClientConnection(self), host, port,
-                                                reuse_address=True, backlog=1024)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = Listener(self, socket.create_server((host, port), family=family, backlog=1024))
         self.limits.clock = loop.time()
         self._sweep = loop.call_later(self._sweep_every(), self._close_overdue)
-        sockets: Any = getattr(self._server, "sockets")  # a list under uvloop; typeshed says a tuple
-        return sockets[0].getsockname()[1]
+        return self._listener.sock.getsockname()[1]
 
     def _sweep_every(self) -> float:
         """How often overdue connections are looked for: the timeouts are kept to within this."""
@@ -301,8 +301,8 @@ class HttpProxy:
     async def stop(self) -> None:
         if self._sweep is not None:
             self._sweep.cancel()
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
