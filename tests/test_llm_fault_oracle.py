@@ -246,3 +246,22 @@ def test_prompt_faults_change_the_newest_user_turn_alone(corpus_upstream: Corpus
     assert line["effect"]["chars"] == [len(prompt(asked)), len(prompt(sent))]
     if fault["type"] == "prompt_typos":  # typos leave the words where they were
         assert line["effect"]["words_changed"] == len(words) > 0
+
+
+EFFECTS = {  # fault -> the effect its line has on chat_parallel_tools (get_weather first, search_docs second)
+    "malformed_tool_call wrong_types": {"kind": "wrong_types", "count": 2, "arguments": {
+        "city": "string -> array", "unit": "string -> array"}},
+    "malformed_tool_call truncated": {"kind": "truncated", "chars": [33, 16]},
+    "hallucinated_tool_call case": {"name": ["get_weather", "getWeather"]},
+    "empty_completion empty": {"mode": "empty", "stop": "stop"},
+    "empty_completion length": {"mode": "length", "stop": "length"},
+    "llm_stream_error": {"after_events": AFTER, "event": "", "error": "server_is_overloaded"},
+    "llm_error rate_limit": {"status": 429, "error": "rate_limit_exceeded", "retry_after_s": 0},
+}
+
+
+@pytest.mark.parametrize("case", EFFECTS)
+def test_each_fault_line_says_what_the_fault_did(corpus_upstream: CorpusUpstream, make_proxy: Any, case: str) -> None:
+    proxy = make_proxy(rules({"fault": CASES[case][0]}), to=corpus_upstream.url)
+    outcome(proxy.url, CORPUS["chat_parallel_tools"])
+    assert proxy.events("fault")[0]["effect"] == EFFECTS[case]

@@ -22,9 +22,10 @@ import agents  # noqa: E402
 
 agents.set_tracing_disabled(True)
 
-CANNOT_MATCH = rules({"match": {"model": "other-model"}, "fault": {"type": "malformed_tool_call", "kind": "wrong_types"}},
-                     {"match": {"model": "other-model"}, "fault": {"type": "llm_stream_error", "after_events": 1}},
-                     {"match": {"api": "anthropic", "model": "gpt-*"}, "fault": {"type": "empty_completion"}})
+CANNOT_MATCH = rules(
+    {"match": {"model": "other-model"}, "fault": {"type": "malformed_tool_call", "kind": "wrong_types"}},
+    {"match": {"model": "other-model"}, "fault": {"type": "llm_stream_error", "after_events": 1}},
+    {"match": {"api": "anthropic", "model": "gpt-*"}, "fault": {"type": "empty_completion"}})
 
 
 def openai_client(base: str, entry: str) -> openai.OpenAI:
@@ -88,8 +89,8 @@ def test_1_a_rule_that_cannot_match_leaves_anthropic_and_responses_streams_as_th
     pieces = [e for e in proxied if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta"]
     assert len(pieces) > 4  # the input as it came, in pieces
     entry = "responses_reasoning_tools"
-    direct, proxied = ([e.model_dump() for e in openai_client(base, entry).responses.create(**kwargs(entry), stream=True)]
-                       for base in (corpus_upstream.url, proxy.url))
+    direct, proxied = ([e.model_dump() for e in openai_client(base, entry).responses.create(
+        **kwargs(entry), stream=True)] for base in (corpus_upstream.url, proxy.url))
     assert proxied == direct and [e["sequence_number"] for e in proxied] == list(range(events_of(entry)))
     assert faults(proxy) == []
 

@@ -32,7 +32,8 @@ _OPENAI: dict[str, tuple[int, str | None, str, str]] = {
                        "This model's maximum context length is 128000 tokens. However, your messages resulted "
                        "in 131072 tokens. Please reduce the length of the messages."),
 }
-_RESPONSES_CONTEXT_LENGTH = "Your input exceeds the context window of this model. Please adjust your input and try again."
+_RESPONSES_CONTEXT_LENGTH = ("Your input exceeds the context window of this model. "
+                             "Please adjust your input and try again.")
 # kind -> status, error type, message
 _ANTHROPIC: dict[str, tuple[int, str, str]] = {
     "rate_limit": (429, "rate_limit_error",

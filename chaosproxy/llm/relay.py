@@ -79,8 +79,9 @@ class _Interest:
 
     tools: bool  # tools arrays and tool results (response-phase message rules)
     prompt: bool
-    call_tools: tuple[str | None, ...]  # the tool globs (None: any) of the rules on the model's tool calls
-    # (request-phase message rules other than prompt ones)
+    # the tool globs (None: any tool) of the rules on the model's tool calls (request-phase message rules
+    # other than prompt ones)
+    call_tools: tuple[str | None, ...]
     completion: bool
     any_llm: bool  # some rule names an api or model or is a model-API fault
 
@@ -374,9 +375,11 @@ class LlmExchange:
 
     @property
     def error_points(self) -> frozenset[int]:
-        """After how many relayed events a matching llm_stream_error rule would end the stream."""
+        """After how many relayed events a matching llm_stream_error rule would end the stream (none when
+        the request asks for a whole reply)."""
         if self._error_points is None:
-            faults = self.engine.candidates(view.stream_event(self.msg, 0)) if self.interest.completion else []
+            asked = self.interest.completion and self.request.stream
+            faults = self.engine.candidates(view.stream_event(self.msg, 0)) if asked else []
             self._error_points = frozenset(f.after_events for f in faults if isinstance(f, LlmStreamError))
         return self._error_points
 
