@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import sys
 import threading
 import time
@@ -35,9 +36,21 @@ CALL_CHUNK = 64
 MAX_PENDING_BYTES = 64 << 20  # lines kept while the log cannot be written; the oldest go beyond this
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # (a tab stays)
+
+
+class _OneLine(logging.Formatter):
+    """Each message on a line of its own: control characters in it (an agent's `%0d%0a` in a path, an
+    upstream's in an error) are escaped, so that nothing sent to the proxy can forge a line of its log.
+    A traceback, which the proxy makes itself, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", super().formatMessage(record))
+
+
 def setup_operational_log(verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("chaosproxy %(levelname)s %(message)s"))
+    handler.setFormatter(_OneLine("chaosproxy %(levelname)s %(message)s"))
     ops.handlers[:] = [handler]
     ops.setLevel(logging.DEBUG if verbose else logging.INFO)
     ops.propagate = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -128,3 +129,14 @@ def rpc_tool(rpc: dict[str, Any] | None) -> str | None:
     params = rpc.get("params")
     name = params.get("name") if isinstance(params, dict) else None
     return name if isinstance(name, str) else None
+
+
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+
+
+def mirrored_headers(msg: Message) -> dict[str, str]:
+    """The 2026-era headers that mirror a JSON-RPC request's body (`Mcp-Name`, `Mcp-Method`), by lower-case
+    name, as the body now says. What the body says is the agent's: only a valid header value (printable
+    ASCII) is given, so that no header line of the agent's making is written upstream."""
+    mirrored = {"mcp-name": msg.tool, "mcp-method": msg.method}
+    return {name: value for name, value in mirrored.items() if value is not None and _HEADER_VALUE.fullmatch(value)}

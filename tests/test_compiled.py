@@ -21,7 +21,8 @@ from chaosproxy.adapters.compiled import NOT_COMPILED, sources_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_PLANE_TESTS = ["tests/test_framing.py", "tests/test_plain_path.py", "tests/test_transparency.py",
-                    "tests/test_oracle.py", "tests/test_seams.py", "tests/test_client_limits.py"]
+                    "tests/test_oracle.py", "tests/test_seams.py", "tests/test_client_limits.py",
+                    "tests/test_otel_hostile.py"]
 
 
 def _build(folder: Path) -> None:

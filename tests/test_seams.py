@@ -121,3 +121,74 @@ def test_stray_bytes_after_a_complete_response_do_not_lose_it(make_proxy, script
             assert (status, body) == (200, b"ok")
     assert upstream.connections == (1 if stray == b"\r\n" else 2)  # blank lines between responses are allowed
     assert [call["status"] for call in call_lines(proxy, 2)] == [200, 200]
+
+
+def test_a_rewritten_call_mirrors_into_headers_only_what_a_header_may_hold(make_proxy, scripted):
+    heads: list[bytes] = []
+
+    async def script(reader, writer):
+        head, _ = await read_request(reader)
+        heads.append(head)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(orjson.dumps(REPLY)), orjson.dumps(REPLY)))
+        await writer.drain()
+
+    proxy = make_proxy(rule("slip", {"type": "unknown_tool"}), to=scripted(script).url)
+    call = {**CALL, "params": {"name": "ab\r\nX-Evil: 1", "arguments": {}}}
+    with RawClient(proxy.url) as client:
+        client.send(post(orjson.dumps(call), b"Mcp-Method: tools/call", b"Mcp-Name: ab"))
+        assert client.response()[0] == 200
+    [head] = heads
+    lines = head.split(b"\r\n")
+    assert not [line for line in lines if line.lower().startswith(b"x-ev")]  # (the slip may swap two letters)
+    assert b"Mcp-Name: ab" in lines  # the agent's own stayed
+
+
+def test_a_failure_inside_the_wire_layer_is_answered_502_and_logged(server_loop, caplog):
+    """A bug in a callback the parser calls (here, the proxy's handler) is the proxy's failure: the
+    agent gets a 502 and the log says why, instead of a 400 for its 'malformed request' or silence."""
+    from chaosproxy.adapters.h1 import ClientConnection, ClientLimits
+
+    class Broken:
+        session_header = b"mcp-session-id"
+        limits = ClientLimits()
+        connections: set = set()
+
+        def relay_plain(self, *_):
+            raise RuntimeError("a bug in the proxy")
+
+        handle = relay_plain
+
+    async def start():
+        return await asyncio.get_running_loop().create_server(lambda: ClientConnection(Broken()), "127.0.0.1", 0)
+
+    server = server_loop.run(start())
+    try:
+        with RawClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}") as client:
+            client.send(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+            status, headers, _ = client.response()
+    finally:
+        server.close()
+    assert (status, headers["X-Chaosproxy-Error"]) == (502, "internal")
+    assert "a bug in the proxy" in caplog.text
+
+
+def test_nothing_an_agent_sends_forges_a_line_of_the_proxys_own_log(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.support import free_port, wait_listening
+    port, dead = free_port(), free_port()  # nothing listens on `dead`: the call fails and is logged
+    proc = subprocess.Popen([sys.executable, "-m", "chaosproxy", "run", "--upstream", f"http://127.0.0.1:{dead}",
+                             "--listen", f"127.0.0.1:{port}", "--log", str(tmp_path / "log.jsonl")],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, proc)
+        with RawClient(f"http://127.0.0.1:{port}") as client:
+            client.send(b"GET /x%0d%0achaosproxy%20INFO%20forged HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert client.response()[0] == 502
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=10)
+    assert "failed for GET /x\\x0d\\x0achaosproxy INFO forged" in stderr
+    assert not any(line.startswith("chaosproxy INFO forged") for line in stderr.splitlines())

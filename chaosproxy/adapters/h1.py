@@ -395,6 +395,7 @@ def refusal(status: bytes, error: bytes, message: bytes) -> bytes:
 
 BAD_REQUEST = refusal(b"400 Bad Request", b"bad-request", b"malformed HTTP request")
 REQUEST_TIMEOUT = refusal(b"408 Request Timeout", b"head-timeout", b"the request head took too long")
+INTERNAL_ERROR = refusal(b"502 Bad Gateway", b"internal", b"internal error (see its log)")
 HEAD_TOO_LARGE = refusal(b"431 Request Header Fields Too Large", b"head-too-large",
                          b"the request line, a header line or the head is over its limit")
 
@@ -677,6 +678,9 @@ class ClientConnection(_Wire):
             if isinstance(exc, HeadTooLarge) or isinstance(exc.__context__, HeadTooLarge):
                 self.limits.refused["head_too_large"] += 1
                 self._bad_input(exc, HEAD_TOO_LARGE)
+            elif isinstance(exc, httptools.HttpParserCallbackError):  # the proxy's own failure, not the agent's
+                ops.error("internal error on a request from %s", self.peer, exc_info=exc.__context__ or exc)
+                self._bad_input(exc, INTERNAL_ERROR)
             else:
                 self._bad_input(exc)
         finally:

@@ -42,7 +42,7 @@ from chaosproxy.engine import AGENT_HEADER_KEY, Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase, parse_rpc, rpc_call
+from chaosproxy.message import Message, Phase, mirrored_headers, parse_rpc, rpc_call
 from chaosproxy.sessions import agent_name
 from chaosproxy.redact import redacted_url
 
@@ -1380,8 +1380,8 @@ def is_text(content_type: str) -> bool:
 
 def _mirror_rpc_headers(headers: Headers, msg: Message) -> Headers:
     """Keep the 2026-era mirrored headers consistent with a rewritten body (servers reject a mismatch)."""
-    mirrored = {b"mcp-name": msg.tool, b"mcp-method": msg.method}
-    return [(name, value if (new := mirrored.get(name.lower())) is None else new.encode())
+    mirrored = mirrored_headers(msg)
+    return [(name, value if (new := mirrored.get(name.lower().decode("latin-1"))) is None else new.encode())
             for name, value in headers]
 
 

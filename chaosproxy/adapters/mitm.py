@@ -44,7 +44,7 @@ from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.llm.stream import Editor
 from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase
+from chaosproxy.message import Message, Phase, mirrored_headers
 from chaosproxy.sessions import AGENT_HEADER, agent_name
 
 TRANSPORT = "mitm"
@@ -446,10 +446,9 @@ def _set_body(message: http.Message, body: bytes) -> None:
 
 def _mirror_rpc_headers(headers: http.Headers, msg: Message) -> None:
     """Keep the 2026-era mirrored headers consistent with a rewritten body (servers reject a mismatch)."""
-    if "Mcp-Name" in headers and msg.tool is not None:
-        headers["Mcp-Name"] = msg.tool
-    if "Mcp-Method" in headers and msg.method is not None:
-        headers["Mcp-Method"] = msg.method
+    for name, value in mirrored_headers(msg).items():
+        if name in headers:
+            headers[name] = value
 
 
 # Response bodies, chunk by chunk. A stage takes the chunks so far (and whether the body ended there)
