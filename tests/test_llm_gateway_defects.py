@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.llm_corpus import CORPUS, SIGNATURE, CorpusUpstream, corpus_upstream, request_for  # noqa: F401
-from tests.llm_support import ScriptedLlm, llm, rules  # noqa: F401
+from tests.llm_support import ANTHROPIC_TOOLS, PROMPT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.support import call_lines
 
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # before the SDK loads: it would export traces to the provider
@@ -221,6 +221,25 @@ def test_6_the_model_sees_the_broken_call_whether_or_not_its_tool_was_renamed(ll
         call = next(m for m in second["messages"] if m["role"] == "assistant")["tool_calls"][0]["function"]
         shown[label] = (call["name"], json.loads(call["arguments"]))
     assert shown == {"alone": ("get_weather", {"city": ["Paris"]}), "renamed": ("weather_now", {"city": ["Paris"]})}
+
+
+def test_6_with_drifted_arguments_too_on_the_anthropic_sdk(llm: ScriptedLlm, make_proxy: Any) -> None:
+    proxy = make_proxy(rules({"fault": {"type": "rename_tool", "tool": "get_weather", "to": "weather_now"}},
+                             {"fault": {"type": "input_schema_drift", "tool": "weather_now", "suffix": "_name"}},
+                             {"fault": {"type": "malformed_tool_call", "kind": "wrong_types"}}), to=llm.url)
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="sk-ant-test", max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    start = len(llm.requests)
+    with client.messages.stream(model="claude-test", max_tokens=256, messages=messages, tools=ANTHROPIC_TOOLS) as s:
+        reply = s.get_final_message()
+    call = reply.content[0]
+    assert (call.name, call.input) == ("get_weather", {"city": ["Paris"]})  # the agent's names, broken arguments
+    messages += [{"role": "assistant", "content": [call.model_dump(exclude_none=True)]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "is_error": True,
+                                               "content": "city must be a string"}]}]
+    client.messages.create(model="claude-test", max_tokens=256, messages=messages, tools=ANTHROPIC_TOOLS)
+    said = llm.requests[start + 1]["messages"][1]["content"][0]
+    assert (said["name"], said["input"]) == ("weather_now", {"city_name": ["Paris"]})  # the model's names
 
 
 def run_agent(base: str, ran: list[Any]) -> str:
