@@ -902,6 +902,7 @@ class Listener:
         self.out_of_files = 0  # times accepting paused for it
         self._logged_at = -OUT_OF_FILES_LOG_S
         self._closed = False
+        self._setting_up: set[asyncio.Task[None]] = set()
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._accept)
 
@@ -916,7 +917,9 @@ class Listener:
                     self._pause(exc)
                 return  # (any other error is the one connection's: it is gone; the next wake-up goes on)
             conn.setblocking(False)
-            self.loop.create_task(self._serve(conn))
+            task = self.loop.create_task(self._serve(conn))
+            self._setting_up.add(task)  # (the loop keeps only a weak reference)
+            task.add_done_callback(self._setting_up.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
         try:
