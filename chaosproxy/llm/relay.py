@@ -3,8 +3,10 @@
 For each request the relay builds synthetic MCP-shaped messages (the tools array as a tools/list
 result, the newest tool results as tools/call results, the newest user turn as a prompt), asks the
 engine with a key naming each message's content, and writes what the faults changed back into the
-body. For each reply it asks about every tool call the model made (the engine's tool routes undo
-what the proxy invented) and about the completion as a whole, and edits the body or the stream.
+body. A reply is read only when a rule matched the request and may change it (judged from the request
+and the tools the model was shown) or a tool route may; then the relay asks about each tool call the
+model made that a rule or route may change (the engine's tool routes undo what the proxy invented) and
+about the completion as a whole, and changes in the body or the stream only what a fault that fired changed.
 
 Agents resend the whole history every turn, so what was done to a message once is remembered (per
 session, bounded) and done again to its resends: the model never sees its past change.
