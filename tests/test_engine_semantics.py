@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import http.client
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -37,9 +38,10 @@ from chaosproxy.report.logfile import read_sessions
 from chaosproxy.scenario import parse_scenario
 from chaosproxy.sessions import AGENT_HEADER
 from tests.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm  # noqa: F401
-from tests.support import ServerLoop, free_port, log_events, wait_listening
+from tests.support import ServerLoop, call_lines, free_port, log_events, wait_listening
 
 DOWN = {"type": "http_error", "status": 503}
+LOG_NUMBERS = itertools.count()  # each proxy's log file its own, however many a test starts
 
 
 class Harness:
@@ -72,10 +74,13 @@ class Harness:
     def stats(self) -> dict[str, Any]:
         return json.loads(self.control("/stats"))
 
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return log_events(self.log_path, kind)
+
     def counts(self) -> dict[str, dict[str, Any]]:
         """Per rule: faults in the log, in /metrics, and /stats' matched and fired."""
         self.engine.log.flush()
-        logged = Counter(line["rule"] for line in log_events(self.log_path, "fault"))
+        logged = Counter(line["rule"] for line in self.events("fault"))
         metrics: Counter[str] = Counter()
         for family in text_string_to_metric_families(self.control("/metrics").decode()):
             for sample in family.samples:
@@ -99,7 +104,7 @@ def harness(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[
 @contextlib.contextmanager
 def running(server_loop: ServerLoop, scenario: dict[str, Any], upstream: str, folder: Path, seed: int = 7,
             **options: Any) -> Iterator[Harness]:
-    log_path = folder / f"log-{free_port()}.jsonl"
+    log_path = folder / f"log-{next(LOG_NUMBERS)}.jsonl"
     log = PerturbationLog(io.FileIO(log_path, "w"), run_id="t", seed=seed)
     engine = Engine(parse_scenario(yaml.safe_dump(scenario)), seed=seed, log=log, **options)
     proxy = HttpProxy(engine, engine.scenario.routes or upstream)
@@ -250,7 +255,7 @@ def test_a_session_named_star_leaves_global_counters_alone(harness):
 
 # --- agents that name themselves -------------------------------------------------------------------------
 
-def test_agents_that_name_themselves_meet_the_same_faults_in_any_order(harness, upstream):
+def test_agents_that_name_themselves_meet_the_same_faults_in_any_order(harness):
     scenario = rules({"name": "flaky", "match": {"path": "/api/*"}, "probability": 0.5, "fault": DOWN})
 
     def run(order: str) -> dict[str, list[int]]:
@@ -266,11 +271,21 @@ def test_agents_that_name_themselves_meet_the_same_faults_in_any_order(harness, 
     assert first["alpha"] != first["beta"] and {503, 200} <= set(first["alpha"])
 
 
+def test_sessions_show_the_agent_and_the_name_their_draws_are_keyed_by(harness):
+    h = harness(rules({"name": "slow", "match": {"path": "/api/*"}, "fault": {"type": "latency", "delay_ms": 1}}))
+    h.request("GET", "/health", headers={AGENT_HEADER: "alpha"})  # no rule matches it: seen all the same
+    h.request("GET", "/api/weather?city=oslo", headers={AGENT_HEADER: "alpha", "Mcp-Session-Id": "s1"})
+    h.request("GET", "/api/weather?city=oslo")
+    shown = {(entry["session"], entry["agent"], entry["draws"])
+             for entry in json.loads(h.control("/sessions"))["sessions"]}
+    assert shown == {("alpha", "alpha", "alpha#1"), ("s1", "alpha", "alpha#2"), ("127.0.0.1", None, "3")}
+
+
 def test_an_agent_name_that_is_not_a_token_is_ignored(harness):
     h = harness(rules({"name": "once", "first": 1, "match": {"path": "/api/*"}, "fault": DOWN}))
     for bad in ("x" * 200, "two words", "quote\"d"):
         h.request("GET", "/api/weather?city=oslo", headers={AGENT_HEADER: bad})
-    assert {line["session"] for line in log_events(h.log_path, "call")} == {"127.0.0.1"}
+    assert {line["session"] for line in call_lines(h, 3)} == {"127.0.0.1"}
 
 
 MCP_FLAKY = rules({"name": "flaky", "match": {"tool": "weather"}, "probability": 0.5,
@@ -424,7 +439,7 @@ def seen_rule(i: int, gates: dict[str, Any]) -> dict[str, Any]:
 
 
 @st.composite
-def drills(draw: st.DrawFn) -> dict[str, Any]:
+def agents_rules_and_orders(draw: st.DrawFn) -> dict[str, Any]:
     """Named agents with their requests, seen rules, unrelated rules mixed in among them, and an interleaving."""
     agents = {name: draw(st.lists(st.sampled_from(sorted(REQUESTS)), min_size=1, max_size=8))
               for name in AGENTS[:draw(st.integers(2, 3))]}
@@ -449,8 +464,11 @@ def play(h: Harness, agents: dict[str, list[str]], order: list[str] | None) -> d
         for name in order:
             send(name, len(seen[name]))
         return seen
-    threads = [threading.Thread(target=lambda name=name: [send(name, step) for step in range(len(agents[name]))])
-               for name in agents]
+    def agent(name: str) -> None:
+        for step in range(len(agents[name])):
+            send(name, step)
+
+    threads = [threading.Thread(target=agent, args=(name,)) for name in agents]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -462,7 +480,7 @@ def assert_counts_agree(h: Harness, seen: dict[str, list[int]]) -> None:
     """The log, /metrics, /stats and the report count the same faults, and each agent met its own."""
     for rule, counts in h.counts().items():
         assert counts["log"] == counts["metrics"] == counts["fired"] <= counts["matched"], rule
-    faults = log_events(h.log_path, "fault")
+    faults = h.events("fault")
     for session in read_sessions(h.log_path):
         assert Counter(f.rule for f in session.faults) == Counter(
             line["rule"] for line in faults if line["session"] == session.session)
@@ -473,7 +491,7 @@ def assert_counts_agree(h: Harness, seen: dict[str, list[int]]) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(drill=drills())
+@given(drill=agents_rules_and_orders())
 def test_named_agents_meet_the_same_faults_in_every_interleaving_and_counts_agree(
         server_loop: ServerLoop, upstream: str, tmp_path: Path, drill: dict[str, Any]) -> None:
     agents, seed = drill["agents"], drill["seed"]
