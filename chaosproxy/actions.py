@@ -83,9 +83,11 @@ class Rewrite:
 
 @dataclass(frozen=True, slots=True)
 class Garble:
-    """Send `raw` in place of the message's frame: broken JSON, stray lines, an empty line."""
+    """Send `raw` in place of the message's frame: broken JSON, stray lines, an empty line, or a plain
+    body a content fault changed. `effect` as Rewrite's."""
 
     raw: bytes
+    effect: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import orjson
 
 from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
 from chaosproxy.faults import Fault, FaultContext, Level
+from chaosproxy.faults._effects import call_effect
 from chaosproxy.log import PerturbationLog, digest, ops
 from chaosproxy.mcp import call_result, error_reply, listed_tools, result_reply
 from chaosproxy.message import Message, Phase
@@ -423,7 +424,7 @@ class Engine:
                 params = {**rpc["params"], "name": name} | ({"arguments": arguments} if arguments else {})
                 if params == rpc["params"]:
                     continue  # a call already in the upstream's shape (a drifted tool called the old way)
-                action = Rewrite({**rpc, "params": params})
+                action = Rewrite({**rpc, "params": params}, effect=call_effect(rpc["params"], params))
                 rpc = action.message
             self.tallies[rule.name].matched += 1
             self._log_fault(rule, msg, action, session.tool_calls, routed_to=route.real)
@@ -504,7 +505,7 @@ class Engine:
                   if not isinstance(value := getattr(action, f.name), bytes | dict)}
         if isinstance(action, Reply | Rewrite) and "error" in action.message:
             effect["error"] = action.message["error"]
-        if isinstance(action, Rewrite | Respond):
+        if isinstance(action, Rewrite | Respond | Garble):
             effect |= action.effect  # what the fault says it did
         if msg.api is not None:
             extra.update(api=msg.api, model=msg.model, turn=msg.turn)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaosproxy.actions import Rewrite
 from chaosproxy.message import Message, Phase
 
 
@@ -28,26 +27,12 @@ def is_first_page(msg: Message) -> bool:
     return not (isinstance(params, dict) and params.get("cursor"))
 
 
-def with_tools(msg: Message, tools: list[dict[str, Any]]) -> Rewrite:
-    """A Rewrite of a tools/list response with this tool list (nextCursor and all else kept)."""
-    rpc = msg.rpc
-    assert rpc is not None
-    return Rewrite({**rpc, "result": {**rpc["result"], "tools": tools}})
-
-
 def call_result(msg: Message) -> dict[str, Any] | None:
     """The result of a tools/call response (content, structuredContent, isError), or None."""
     if msg.phase is not Phase.RESPONSE or msg.method != "tools/call":
         return None
     result = (msg.rpc or {}).get("result")
     return result if isinstance(result, dict) else None
-
-
-def with_result(msg: Message, result: dict[str, Any]) -> Rewrite:
-    """A Rewrite of a response with this result."""
-    rpc = msg.rpc
-    assert rpc is not None
-    return Rewrite({**rpc, "result": result})
 
 
 def error_reply(msg: Message, code: int, message: str, data: Any = None) -> dict[str, Any]:

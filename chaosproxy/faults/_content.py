@@ -16,9 +16,10 @@ from pydantic import AfterValidator, Field
 
 from chaosproxy import content
 from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.faults._effects import garbled_body, with_result
 from chaosproxy.faults._schema import Guard, guard
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS
-from chaosproxy.mcp import call_result, with_result
+from chaosproxy.mcp import call_result
 from chaosproxy.message import Message, Phase
 
 
@@ -77,7 +78,7 @@ class ContentFault(Fault):
         if not isinstance(text, str):
             return text
         changed_text = self.perturb_text(text, ctx.rng)
-        return Garble(changed_text.encode(_charset(msg), "replace")) if changed_text != text else None
+        return garbled_body(text, changed_text, charset_of(msg)) if changed_text != text else None
 
     def perturb_result(self, result: dict[str, Any], rng: random.Random,
                        schema: dict[str, Any] | None = None) -> dict[str, Any] | Skip | None:
@@ -172,12 +173,13 @@ def body_text(msg: Message) -> str | Skip | None:
     if kind and not (kind.startswith(_TEXT_TYPES) or kind.endswith(("+json", "+xml"))):
         return Skip(f"body is {kind}, not text or JSON")
     try:
-        return msg.body.decode(_charset(msg))
+        return msg.body.decode(charset_of(msg))
     except UnicodeDecodeError:
-        return Skip(f"body is not {_charset(msg)} text")
+        return Skip(f"body is not {charset_of(msg)} text")
 
 
-def _charset(msg: Message) -> str:
+def charset_of(msg: Message) -> str:
+    """The charset a plain body's Content-Type names (utf-8 when it names none or an unknown one)."""
     kind = _header(msg.headers, "content-type") or ""
     for param in kind.split(";")[1:]:
         name, _, value = param.partition("=")

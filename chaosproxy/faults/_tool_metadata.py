@@ -13,6 +13,7 @@ from pydantic import Field
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import name_of, picked, stable_rng
 from chaosproxy.faults.base import Fault, FaultContext, LISTINGS, Level
 from chaosproxy.message import Phase
@@ -42,7 +43,7 @@ class ToolListFault(Fault):
             shown = self.rewrite(tool, names, ctx) if i in chosen else [tool]
             changed = changed or len(shown) != 1 or shown[0] is not tool
             listed += shown
-        return mcp.with_tools(ctx.message, listed) if changed else None
+        return with_tools(ctx.message, listed) if changed else None
 
     def rewrite(self, tool: dict[str, Any], names: set[str], ctx: FaultContext) -> list[dict[str, Any]]:
         """The tools to list in place of `tool`: `[tool]` itself when unchanged.

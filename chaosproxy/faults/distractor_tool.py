@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import (
     answer,
     crash_result,
@@ -66,7 +67,7 @@ class DistractorTool(Fault):
             else:
                 answer(ctx, self.type, look_alike, crash_result(look_alike) if self.route == "error"
                        else stub_result(tool, degraded=True))
-        return mcp.with_tools(ctx.message, listed) if len(listed) > len(tools) else None
+        return with_tools(ctx.message, listed) if len(listed) > len(tools) else None
 
     def _imitate(self, tool: dict[str, Any], name: str) -> dict[str, Any]:
         copy = {**tool, "name": name}

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, picked, stable_rng, stub_result
 from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.faults.tool_flood import made_up_tool
@@ -52,7 +53,7 @@ class DuplicateTool(Fault):
                 answer(ctx, self.type, name, stub_result(tool))
             elif self.route == "error":
                 answer(ctx, self.type, name, crash_result(name))
-        return mcp.with_tools(ctx.message, listed)
+        return with_tools(ctx.message, listed)
 
     def _copy(self, tool: dict[str, Any], tools: list[Any], rng: random.Random) -> dict[str, Any]:
         copy = dict(tool)

@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import picked
 from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
@@ -53,7 +54,7 @@ class InputSchemaDrift(Fault):
             drifted = self._drift(ctx, tools[i])
             if drifted is not None:
                 listed[i], changed = drifted, True
-        return mcp.with_tools(ctx.message, listed) if changed else None
+        return with_tools(ctx.message, listed) if changed else None
 
     def _drift(self, ctx: FaultContext, tool: dict[str, Any]) -> dict[str, Any] | None:
         schema = tool.get("inputSchema")

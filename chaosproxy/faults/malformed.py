@@ -6,8 +6,9 @@ from typing import Literal
 import orjson
 
 from chaosproxy.actions import Garble, Rewrite
+from chaosproxy.faults._effects import with_result
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.mcp import call_result, with_result
+from chaosproxy.mcp import call_result
 from chaosproxy.message import Phase
 
 

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from chaosproxy import mcp
 from chaosproxy.actions import Notify, Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import name_of
 from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, RESULTS, register
 from chaosproxy.message import Phase
@@ -41,4 +42,4 @@ class RemoveTool(Fault):
             return None
         kept = [tool for tool in tools if (name := name_of(tool)) is None
                 or not fnmatch.fnmatchcase(name, self.tool)]
-        return mcp.with_tools(ctx.message, kept) if len(kept) < len(tools) else None
+        return with_tools(ctx.message, kept) if len(kept) < len(tools) else None

@@ -7,6 +7,7 @@ from pydantic import Field, model_validator
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import forward, is_plain_name, name_of, picked
 from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
@@ -75,7 +76,7 @@ class RenameTool(Fault):
             listed[i] = {**tools[i], "name": new}
             forward(ctx, self.type, new, old)
             renamed = True
-        return mcp.with_tools(ctx.message, listed) if renamed else None
+        return with_tools(ctx.message, listed) if renamed else None
 
 
 def _flip_case(name: str) -> str:

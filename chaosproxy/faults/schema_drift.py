@@ -8,8 +8,9 @@ from pydantic import Field
 
 from chaosproxy import content
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_result
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
-from chaosproxy.mcp import call_result, with_result
+from chaosproxy.mcp import call_result
 from chaosproxy.message import Phase
 
 

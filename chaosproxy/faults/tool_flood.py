@@ -8,6 +8,7 @@ from pydantic import Field
 
 from chaosproxy import mcp
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, stable_rng, stub_result
 from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
 from chaosproxy.message import Phase
@@ -107,4 +108,4 @@ class ToolFlood(Fault):
             padded.insert(rng.randint(0, len(padded)), tool)
             answer(ctx, self.type, tool["name"], crash_result(tool["name"]) if self.route == "error"
                    else stub_result(tool))
-        return mcp.with_tools(ctx.message, padded)
+        return with_tools(ctx.message, padded)

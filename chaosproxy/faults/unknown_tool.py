@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.actions import Rewrite
+from chaosproxy.faults._effects import call_effect
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
 
 # QWERTY rows; each row sits half a key right of the one above, so a key's neighbours are the keys
@@ -43,7 +44,8 @@ class UnknownTool(Fault):
         if wrong is None:
             return None
         rpc = msg.rpc
-        return Rewrite({**rpc, "params": {**rpc["params"], "name": wrong}})
+        params = {**rpc["params"], "name": wrong}
+        return Rewrite({**rpc, "params": params}, effect=call_effect(rpc["params"], params))
 
 
 def misspell(word: str, rng: random.Random, typo: Typo = "any") -> str | None:

@@ -7,10 +7,11 @@ from pydantic import Field
 
 from chaosproxy import content
 from chaosproxy.actions import Garble, Rewrite, Skip
-from chaosproxy.faults._content import ContentFault, body_text
+from chaosproxy.faults._content import ContentFault, body_text, charset_of
+from chaosproxy.faults._effects import garbled_body, with_result
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import FaultContext, register
-from chaosproxy.mcp import call_result, with_result
+from chaosproxy.mcp import call_result
 from chaosproxy.message import Message
 from chaosproxy.session import SessionState
 
@@ -55,7 +56,10 @@ class WrongData(ContentFault):
         earlier = next((old for old in reversed(history) if old != current), None)
         if earlier is None:
             return Skip("no earlier result of this tool differs from this one")
-        return with_result(msg, earlier) if isinstance(earlier, dict) else Garble(earlier)
+        if isinstance(earlier, dict):
+            return with_result(msg, earlier)
+        charset = charset_of(msg)  # a plain body, kept when it was text in this charset
+        return garbled_body(current.decode(charset), earlier.decode(charset), charset)
 
 
 def _result_of(msg: Message) -> Any:
