@@ -48,6 +48,31 @@ class _OneLine(logging.Formatter):
         return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", super().formatMessage(record))
 
 
+class Throttle:
+    """A warning that may repeat (an upstream down, out of files) said at most once per `every` seconds
+    for each key, with how many were left out: a sidecar's log must not get a line per request."""
+
+    MAX_KEYS = 1024  # all forgotten beyond (the keys name upstreams and kinds of error: few)
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._said: dict[object, tuple[float, int]] = {}  # key -> when last said, how many left out since
+
+    def warning(self, key: object, message: str, *args: object) -> None:
+        now = time.monotonic()
+        said, left_out = self._said.get(key, (-self.every, 0))
+        if now - said < self.every:
+            self._said[key] = (said, left_out + 1)
+            return
+        if left_out:
+            message += " (and %d more like it in the last %g s)"
+            args = (*args, left_out, self.every)
+        if len(self._said) >= self.MAX_KEYS:
+            self._said.clear()
+        self._said[key] = (now, 0)
+        ops.warning(message, *args)
+
+
 def setup_operational_log(verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine("chaosproxy %(levelname)s %(message)s"))

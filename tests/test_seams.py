@@ -192,3 +192,15 @@ def test_nothing_an_agent_sends_forges_a_line_of_the_proxys_own_log(tmp_path):
         _, stderr = proc.communicate(timeout=10)
     assert "failed for GET /x\\x0d\\x0achaosproxy INFO forged" in stderr
     assert not any(line.startswith("chaosproxy INFO forged") for line in stderr.splitlines())
+
+
+def test_an_upstream_that_is_down_gets_a_line_now_and_then_not_one_per_request(make_proxy, caplog):
+    from tests.support import free_port
+    proxy = make_proxy(to=f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with RawClient(proxy.url) as client:
+        for _ in range(20):
+            client.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert client.response()[0] == 502
+    said = [record.getMessage() for record in caplog.records if "failed for" in record.getMessage()]
+    assert len(said) == 1, said
+    assert len(call_lines(proxy, 20)) == 20  # each call is still in the log, with its outcome

@@ -41,7 +41,7 @@ from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine import AGENT_HEADER_KEY, Engine, Fired
 from chaosproxy.llm import api_for_path
 from chaosproxy.llm.relay import LlmExchange, LlmRelay
-from chaosproxy.log import ops
+from chaosproxy.log import Throttle, ops
 from chaosproxy.message import Message, Phase, mirrored_headers, parse_rpc, rpc_call
 from chaosproxy.sessions import agent_name
 from chaosproxy.redact import redacted_url
@@ -256,6 +256,7 @@ class HttpProxy:
                  limits: ClientLimits | None = None) -> None:
         self.engine = engine
         self.limits = limits or ClientLimits()
+        self.failures = Throttle()  # an upstream that is down gets a line every 10 s, not one per request
         self.connections: set[ClientConnection] = set()
         self._sweep: asyncio.TimerHandle | None = None
         self.transport = transport
@@ -488,8 +489,8 @@ class HttpProxy:
         agent has had no answer yet, else the connection is cut, as the upstream cut it."""
         timed_out = isinstance(error, TimeoutError)
         call.outcome = "upstream_timeout" if timed_out else "upstream_error"
-        ops.warning("upstream %s failed for %s %s: %s", route.upstream, call.msg.http_method, call.msg.path,
-                    error or type(error).__name__)
+        self.failures.warning((route.upstream, type(error)), "upstream %s failed for %s %s: %s", route.upstream,
+                              call.msg.http_method, call.msg.path, error or type(error).__name__)
         if isinstance(route.relay, JsonRpcRelay):
             route.relay.forget(call.msg)  # no reply will come on the legacy stream: not kept waiting for one
         if exchange.started:
