@@ -310,17 +310,18 @@ class Engine:
 
     def call_began(self, session: str) -> None:
         """A call that rules may act on began in a session keyed by its client's address alone (no session
-        id, no agent name). Two at once mean several clients share the session: which faults each meets
-        then depends on how their calls interleave, which is said once (with what to do about it)."""
+        id, no agent name). Two at once (several agents behind one address, or one calling in parallel)
+        are counted in the order they arrive, so which faults each meets depends on timing: said once,
+        with what to do about it."""
         if self._told_shared:
             return
         under_way = self._under_way[session] = self._under_way.get(session, 0) + 1
         if under_way > 1:
             self._told_shared = True
-            ops.warning("calls from %s came at once without an Mcp-Session-Id or an %s header: they share one "
-                        "session, so the faults each client meets depend on how their calls interleave. For the "
-                        "same faults in every run, give each agent a name of its own in %s.",
-                        session, AGENT_HEADER, AGENT_HEADER)
+            ops.warning("calls from %s without an Mcp-Session-Id or %s header were under way at once: they "
+                        "count in one session, in the order they arrive, so which faults each meets depends on "
+                        "timing. If several agents share this address, give each a name of its own in %s "
+                        "for the same faults in every run.", session, AGENT_HEADER, AGENT_HEADER)
 
     def call_ended(self, session: str) -> None:
         """A call call_began told of is over."""
