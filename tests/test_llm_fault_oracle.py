@@ -242,17 +242,17 @@ def test_prompt_faults_change_the_newest_user_turn_alone(corpus_upstream: Corpus
     assert {**sent, **{key: None for key in ("input", "messages")}} == {**asked, **{key: None for key in (
         "input", "messages")}}
     [line] = proxy.events("fault")
-    words = [(a, b) for a, b in zip(prompt(asked).split(), prompt(sent).split(), strict=False) if a != b]
-    assert line["effect"]["chars"] == [len(prompt(asked)), len(prompt(sent))]
-    if fault["type"] == "prompt_typos":  # typos leave the words where they were
-        assert line["effect"]["words_changed"] == len(words) > 0
+    assert line["effect"]["length"] == [len(prompt(asked)), len(prompt(sent))] and line["effect"]["chars"] > 0
+    first = next(i for i, (a, b) in enumerate(zip(prompt(asked), prompt(sent), strict=False)) if a != b)
+    assert line["effect"]["at"][0] == first  # where the prompt first changed
 
 
 EFFECTS = {  # fault -> the effect its line has on chat_parallel_tools (get_weather first, search_docs second)
-    "malformed_tool_call wrong_types": {"kind": "wrong_types", "count": 2, "arguments": {
-        "city": "string -> array", "unit": "string -> array"}},
-    "malformed_tool_call truncated": {"kind": "truncated", "chars": [33, 16]},
-    "hallucinated_tool_call case": {"name": ["get_weather", "getWeather"]},
+    "malformed_tool_call wrong_types": {"kind": "wrong_types", "changed": {
+        "arguments.city": "replaced (string to array)", "arguments.unit": "replaced (string to array)"}},
+    "malformed_tool_call truncated": {"kind": "truncated", "arguments": {"chars": 17, "at": [16],
+                                                                        "length": [33, 16]}},
+    "hallucinated_tool_call case": {"tool": {"called": "get_weather", "sent_as": "getWeather"}},
     "empty_completion empty": {"mode": "empty", "stop": "stop"},
     "empty_completion length": {"mode": "length", "stop": "length"},
     "llm_stream_error": {"after_events": AFTER, "event": "", "error": "server_is_overloaded"},

@@ -7,13 +7,13 @@ requests (the tool calls the model made), `llm/completion` (the model's reply as
 
 from __future__ import annotations
 
-import os
 import random
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.faults._effects import call_effect, text_change
 from chaosproxy.faults._rewording import PROTECTED
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level
 from chaosproxy.llm.view import PROMPT
@@ -65,8 +65,8 @@ class ToolCallFault(LlmFault):
         raise NotImplementedError
 
     def effect(self, params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
-        """What the change did, for the log line (small: no argument values)."""
-        return {}
+        """What the change did, for the log line: the tool it names, the arguments changed (by name)."""
+        return call_effect(params, changed)
 
     def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         arguments = call_arguments(ctx.message)
@@ -93,32 +93,6 @@ def with_prompt(msg: Message, text: str, effect: dict[str, Any]) -> Rewrite:
     rpc = msg.rpc
     assert rpc is not None
     return Rewrite({**rpc, "params": {**rpc["params"], "text": text}}, effect=effect)
-
-
-def text_change(old: str, new: str) -> dict[str, Any]:
-    """How a text was reworded, for the log line, without the text (it is the user's): its length before
-    and after, and where it changed. Word for word when the words still line up (typos never touch
-    spaces): how many words and characters changed, and the first offsets; else the span that changed."""
-    before = [(found.start(), found.group()) for found in _WORD.finditer(old)]
-    after = _WORD.findall(new)
-    effect: dict[str, Any] = {"chars": [len(old), len(new)]}
-    if len(before) != len(after):
-        head, tail = _shared_ends(old, new)
-        return effect | {"changed_span": [head, len(old) - tail]}
-    changed = [(at, word, other) for (at, word), other in zip(before, after, strict=True) if word != other]
-    chars = sum(max(len(word), len(other)) - sum(_shared_ends(word, other)) for _, word, other in changed)
-    return effect | {"words_changed": len(changed), "chars_changed": chars,
-                     "at": [at for at, _, _ in changed[:MAX_OFFSETS]]}
-
-
-_WORD = re.compile(r"\S+")
-MAX_OFFSETS = 8  # offsets a log line lists of what changed (the count says how many there were)
-
-
-def _shared_ends(a: str, b: str) -> tuple[int, int]:
-    """How long a head and a (not overlapping) tail two texts share."""
-    head = len(os.path.commonprefix([a, b]))
-    return head, len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
 
 
 def outside_protected(text: str, edit: Callable[[str], str]) -> str:

@@ -22,9 +22,6 @@ class HallucinatedToolCall(ToolCallFault):
         near = self._near_miss(params["name"], ctx)
         return {**params, "name": near} if near != params["name"] else None
 
-    def effect(self, params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
-        return {"name": [params["name"], changed["name"]]}
-
     def _near_miss(self, name: str, ctx: FaultContext) -> str:
         match self.style:
             case "typo":

@@ -6,6 +6,7 @@ import orjson
 from pydantic import Field
 
 from chaosproxy.actions import Skip
+from chaosproxy.faults._effects import bounded, json_changes, text_change
 from chaosproxy.faults._llm import ToolCallFault, is_stream
 from chaosproxy.faults.base import FaultContext, register
 from chaosproxy.llm import ANTHROPIC
@@ -35,33 +36,11 @@ class MalformedToolCall(ToolCallFault):
         return {**params, "arguments": broken}
 
     def effect(self, params: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
-        """wrong_types: each argument's type before and after; else the JSON text's length before and after."""
+        """wrong_types: each argument's type before and after; else how the JSON text was broken."""
         before, after = params.get("arguments"), changed["arguments"]
-        if isinstance(after, dict) and isinstance(before, dict):
-            retyped = {key[:MAX_NAME]: f"{_kind(before[key])} -> {_kind(value)}"
-                       for key, value in list(after.items())[:MAX_ARGUMENTS]}
-            return {"kind": self.kind, "arguments": retyped, "count": len(after)}
-        return {"kind": self.kind, "chars": [len(orjson.dumps(before)), len(after)]}
-
-
-MAX_ARGUMENTS = 8  # arguments a log line names (`count` says how many there were)
-MAX_NAME = 64
-
-
-def _kind(value: Any) -> str:
-    """A JSON value's type, as JSON Schema names it."""
-    match value:
-        case bool():
-            return "boolean"
-        case int() | float():
-            return "number"
-        case str():
-            return "string"
-        case list():
-            return "array"
-        case dict():
-            return "object"
-    return "null"
+        if isinstance(after, str):
+            return {"kind": self.kind, "arguments": text_change(orjson.dumps(before).decode(), after)}
+        return {"kind": self.kind, "changed": bounded(json_changes(before, after, "arguments"))}
 
 
 def _retyped(value: Any) -> Any:
