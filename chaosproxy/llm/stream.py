@@ -49,6 +49,7 @@ class Event:
     raw: bytes
     name: str | None = None
     data: Any = None
+    counts: bool = True  # an event the agent's SDK reads (a comment is not)
     starts: list[HeldCall] = field(default_factory=list)  # held calls whose first event this is
     dirty: bool = False
     extra: bytes = b""  # an event a rewrite adds right after this one
@@ -93,7 +94,7 @@ def parse(raw: bytes) -> Event:
         value = orjson.loads(data) if data and data != b"[DONE]" else None
     except orjson.JSONDecodeError:
         value = None
-    return Event(raw, name.decode("utf-8", "replace") if name is not None else None, value)
+    return Event(raw, name.decode("utf-8", "replace") if name is not None else None, value, data is not None)
 
 
 class Editor:
@@ -115,13 +116,13 @@ class Editor:
         if self.ended:
             return []
         if self.broken:
-            return self._send([Event(raw)])
+            return self._send([parse(raw)])
         try:
             events = self.edit(parse(raw))
         except Exception:  # fail open: a bug here must not break the agent's stream
             ops.exception("LLM stream editor failed on an event; the rest of the stream passes untouched")
             self.broken = True
-            events, self.queue, self.holding = [*self.queue, Event(raw)], [], 0
+            events, self.queue, self.holding = [*self.queue, parse(raw)], [], 0
             for event in events:
                 event.dirty, event.starts = False, []
         if self.queue or self.holding:
@@ -161,15 +162,14 @@ class Editor:
         out: list[bytes] = []
         points = self.decisions.error_points
         for event in events:
-            counts = bool(points) and streams.sse_data(event.raw) is not None
-            if counts and self.relayed in points and (error := self.decisions.stream_error(self.relayed)):
+            if event.counts and self.relayed in points and (error := self.decisions.stream_error(self.relayed)):
                 self.ended = True
                 out += self.error_events(*error, event)
                 return out
             for call in event.starts:
                 self._settle(call)
             out.append(event.wire())
-            self.relayed += counts
+            self.relayed += event.counts
         return out
 
     def _settle(self, call: HeldCall) -> None:
