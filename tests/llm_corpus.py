@@ -6,7 +6,7 @@ keep-alive comments and CRLF framing; Azure OpenAI's empty first chunk with `pro
 per-choice `content_filter_results`; Gemini's OpenAI-compatible chunks (a whole tool call in one piece,
 `extra_content.google.thought_signature`, which Gemini needs back on the next turn); DeepSeek's
 `reasoning_content`; refusals; Anthropic streams with `ping`, thinking and its signature, and parallel
-`tool_use` blocks; Responses streams with reasoning summaries, parallel function calls and refusals;
+`tool_use` blocks (and a gateway's, with each input whole in its block's start); Responses streams with reasoning summaries, parallel function calls and refusals;
 non-streamed bodies pretty-printed as OpenAI's are, or compact as others'. Unknown fields are kept
 everywhere: the proxy must relay what it does not know.
 
@@ -214,7 +214,8 @@ THINKING = "The user wants the weather in Paris and museum hours. I will call bo
 ANTHROPIC_SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds7pM"
 
 
-def _anthropic_stream(message_id: str, blocks: list[dict[str, Any]], stop: str) -> tuple[bytes, ...]:
+def _anthropic_stream(message_id: str, blocks: list[dict[str, Any]], stop: str, *,
+                      whole_input: bool = False) -> tuple[bytes, ...]:
     start = {"id": message_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": ANTHROPIC_USAGE}
     out = [sse({"type": "message_start", "message": start}, "message_start")]
@@ -226,6 +227,8 @@ def _anthropic_stream(message_id: str, blocks: list[dict[str, Any]], stop: str) 
         elif block["type"] == "text":
             opened = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block["text"], 10)]
+        elif whole_input:
+            opened, deltas = block, []
         else:
             opened = {**block, "input": {}}
             deltas = [{"type": "input_json_delta", "partial_json": piece}
@@ -263,6 +266,13 @@ def anthropic_text() -> Entry:
     blocks = [{"type": "text", "text": "Paris is 14 degrees and sunny; the Louvre opens at 9:00."}]
     events = _anthropic_stream("msg_01Yr2tEXTonly8BfkLmA", blocks, "end_turn")
     return Entry("anthropic_text", "anthropic", True, events)
+
+
+def anthropic_input_whole() -> Entry:
+    """A gateway in front of a Messages-compatible model that sends each tool's input whole in its
+    content_block_start, with no input_json_delta."""
+    events = _anthropic_stream("msg_01Gw4yWHOLEinput9xQ", ANTHROPIC_BLOCKS[2:], "tool_use", whole_input=True)
+    return Entry("anthropic_input_whole", "anthropic", True, events, tools=("get_weather", "search_docs"))
 
 
 def anthropic_whole_thinking_tools() -> Entry:
@@ -372,7 +382,7 @@ def responses_whole_reasoning_tools() -> Entry:
 CORPUS: dict[str, Entry] = {entry.name: entry for entry in (
     chat_parallel_tools(), chat_text_keepalive_crlf(), chat_refusal(), chat_azure(), chat_gemini(),
     chat_deepseek_reasoning(), chat_whole_parallel(), chat_whole_gemini(),
-    anthropic_thinking_tools(), anthropic_text(), anthropic_whole_thinking_tools(),
+    anthropic_thinking_tools(), anthropic_text(), anthropic_input_whole(), anthropic_whole_thinking_tools(),
     responses_reasoning_tools(), responses_refusal(), responses_text(), responses_whole_reasoning_tools())}
 
 

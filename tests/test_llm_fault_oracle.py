@@ -85,10 +85,15 @@ def on_calls(change: Callable[[str, str], tuple[str, str]]) -> Callable[[Outcome
                 if item["type"] == "function_call":
                     item["name"], item["arguments"] = change(item["name"], item["arguments"])
         else:
+            added = 0  # a stream with no input_json_delta gets one for a call whose input changed
             for block in result["content"]:
                 if block["type"] == "tool_use":
-                    block["name"], text = change(block["name"], orjson.dumps(block["input"]).decode())
+                    before = orjson.dumps(block["input"]).decode()
+                    block["name"], text = change(block["name"], before)
                     block["input"] = jiter.from_json(text.encode(), partial_mode=True)  # as the SDK reads input
+                    added += text != before and entry.stream and b"input_json_delta" not in entry.body
+            if added:
+                return {**clean, "result": result, "events": clean["events"] + added}
         return {**clean, "result": result}
     return expect
 

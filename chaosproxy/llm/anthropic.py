@@ -96,7 +96,8 @@ def parse_reply(body: dict[str, Any]) -> Reply:
     def empty(action: EmptyCompletion) -> None:
         text = "".join(block.get("text", "") for block in content if isinstance(block, dict)
                        and block.get("type") == TEXT)
-        body["content"] = [{"type": "text", "text": text[: len(text) // 2]}] if action.mode == "length" and text else []
+        cut = action.mode == "length" and text
+        body["content"] = [{"type": "text", "text": text[: len(text) // 2]}] if cut else []
         body["stop_reason"] = action.stop
 
     return Reply(calls, bool(content), empty)
@@ -129,8 +130,9 @@ class Editor(stream.Editor):
         match name:
             case "content_block_start" if isinstance(block := data.get("content_block"), dict) \
                     and block.get("type") == "tool_use":
+                given = view.json_text(block["input"]) if block.get("input") else ""  # some gateways send it whole
                 self.calls[index] = self.hold(event, stream.HeldCall(str(block.get("id")), str(block.get("name")),
-                                                                     key=index))
+                                                                     key=index, arguments=given))
             case "content_block_delta" if call is not None and not call.complete:
                 delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
                 call.arguments += delta.get("partial_json") if isinstance(delta.get("partial_json"), str) else ""
@@ -147,7 +149,7 @@ class Editor(stream.Editor):
         if edited.arguments == call.arguments:
             return
         deltas = [event for event in rest if event.name == "content_block_delta"]
-        if not deltas:  # an input sent whole in the start's `input`: the new one follows it
+        if not deltas:  # no input_json_delta (the input was empty, or came whole): one follows the start
             start.extra = stream.frame({"type": "content_block_delta", "index": call.key, "delta": {
                 "type": "input_json_delta", "partial_json": edited.arguments}}, "content_block_delta")
         for n, event in enumerate(deltas):

@@ -151,7 +151,8 @@ class Editor(stream.Editor):
                     new = {**function, "name": edited.name, "arguments": edited.arguments}
                     first = False
                 else:
-                    new = {key: "" if key == "arguments" else value for key, value in function.items() if key != "name"}
+                    new = {key: "" if key == "arguments" else value
+                           for key, value in function.items() if key != "name"}
                 if new != function:
                     piece["function"] = new
                     event.dirty = True
