@@ -30,6 +30,7 @@ def _build(folder: Path) -> None:
     digests = {}
     for name in compiled.MODULES:
         source = f"# {name}\n".encode()
+        (folder / f"{name}.py").parent.mkdir(exist_ok=True)
         (folder / f"{name}.py").write_bytes(source)
         (folder / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"\x7fELF")
         digests[name] = hashlib.sha256(source).hexdigest()
@@ -40,8 +41,8 @@ def test_the_compiled_modules_run_until_a_source_changes(tmp_path, monkeypatch):
     monkeypatch.delenv("CHAOSPROXY_NO_EXTENSIONS", raising=False)
     _build(tmp_path)
     assert sources_reason(tmp_path) is None
-    (tmp_path / "http.py").write_text("# http, edited\n")
-    assert sources_reason(tmp_path) == "http.py changed since it was compiled"
+    (tmp_path / "http" / "plain.py").write_text("# http/plain, edited\n")
+    assert sources_reason(tmp_path) == "http/plain.py changed since it was compiled"
 
 
 def test_the_sources_run_when_asked_to_or_when_the_build_is_not_whole(tmp_path, monkeypatch):
@@ -53,12 +54,14 @@ def test_the_sources_run_when_asked_to_or_when_the_build_is_not_whole(tmp_path, 
     assert sources_reason(tmp_path) == "compiled.json is missing"
     (tmp_path / f"h1{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
     assert sources_reason(tmp_path) == "only some of its modules were compiled"
-    (tmp_path / f"http{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
+    for name in compiled.MODULES[1:]:
+        (tmp_path / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
     assert sources_reason(tmp_path) == NOT_COMPILED
 
 
 def _imported_from(env: dict[str, str]) -> list[str]:
-    code = "import chaosproxy.adapters.h1 as a, chaosproxy.adapters.http as b; print(a.__file__); print(b.__file__)"
+    code = ("import chaosproxy.adapters.h1 as a, chaosproxy.adapters.http.proxy as b; print(a.__file__); "
+            "print(b.__file__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from chaosproxy.adapters.http import RULE_BODY_LIMIT
+from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT
 from chaosproxy.adapters.mitm import CA_CERT, HostPatterns, MitmProxy, ca_directory
 from chaosproxy.demo import tool_server
 from chaosproxy.engine import Engine

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from chaosproxy.adapters import traced
+from chaosproxy.adapters.http import traced
 from chaosproxy.otel import OtlpTracing, valid_tracestate
 from tests.framing_support import RawClient, read_request
 from tests.otlp import Receiver

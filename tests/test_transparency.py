@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaosproxy.adapters.http import HOP_BY_HOP
+from chaosproxy.adapters.http.heads import HOP_BY_HOP
 
 # A rule that never fires keeps the engine's matching path hot while staying transparent.
 IDLE = {"rules": [{"name": "never", "match": {"path": "/nowhere"}, "fault": {"type": "http_error"}}]}

@@ -1,6 +1,6 @@
 """Which form of the HTTP/1.1 data plane runs: the modules mypyc compiled at install, or their sources.
 
-`pip install` compiles `h1` and `http` when it can (setup.py, which records each source's SHA-256 in
+`pip install` compiles `h1` and the modules of `http` when it can (setup.py, which records each source's SHA-256 in
 compiled.json). The compiled modules run unless CHAOSPROXY_NO_EXTENSIONS is set or a source changed
 since it was compiled (an edited checkout; `pip install -e .` compiles it again). Otherwise the sources
 run, all of them: the compiled modules of one build call each other directly, so they cannot be mixed
@@ -21,7 +21,11 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).parent
-MODULES = ("h1", "http")
+# the compiled modules, as paths under this folder without ".py" (the `http` package's __init__ and its
+# `traced`, which subclasses a compiled class, stay Python)
+MODULES = ("h1", "http/heads", "http/calls", "http/route", "http/passthrough", "http/plain", "http/inspection",
+           "http/proxy")
+_NAMES = {f"{__package__}.{module.replace('/', '.')}": module for module in MODULES}
 NOT_COMPILED = "not compiled"
 
 
@@ -50,8 +54,8 @@ class _Sources(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None,
                   ) -> importlib.machinery.ModuleSpec | None:
-        package, _, module = fullname.rpartition(".")
-        if package != __package__ or module not in MODULES:
+        module = _NAMES.get(fullname)
+        if module is None:
             return None
         return importlib.util.spec_from_file_location(fullname, HERE / f"{module}.py")
 

@@ -845,15 +845,14 @@ class ClientConnection(_Wire):
         if self.in_head:
             if now - self.since < limits.head_timeout:
                 return None
+            limits.refused["head_timeout"] += 1
             self.refuse(REQUEST_TIMEOUT)
-            kind = "head_timeout"
-        elif now - self.since < limits.idle_timeout:
+            return "head_timeout"
+        if now - self.since < limits.idle_timeout:
             return None
-        else:
-            kind = "idle_timeout"
-            self.transport.close()
-        limits.refused[kind] += 1
-        return kind
+        limits.refused["idle_timeout"] += 1
+        self.transport.close()
+        return "idle_timeout"
 
     def start_tunnel(self, upstream: UpstreamConnection) -> None:
         """After a 101: from now on the connection is a byte pipe to `upstream` both ways."""

@@ -38,7 +38,8 @@ from yarl import URL
 
 from chaosproxy import streams
 from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
-from chaosproxy.adapters.http import RULE_BODY_LIMIT, SMALL_BODY, Exchange, is_text, log_call
+from chaosproxy.adapters.http.calls import Exchange, log_call
+from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, is_text
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.llm.relay import LlmExchange, LlmRelay

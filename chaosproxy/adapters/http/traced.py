@@ -11,7 +11,9 @@ would cost more than the span itself (bench/otel_overhead.py).
 from __future__ import annotations
 
 from chaosproxy.adapters.h1 import Headers
-from chaosproxy.adapters.http import SMALL_BODY, Passthrough, start_span
+from chaosproxy.adapters.http.calls import start_span
+from chaosproxy.adapters.http.heads import SMALL_BODY
+from chaosproxy.adapters.http.passthrough import Passthrough
 
 
 class TracedPassthrough(Passthrough):

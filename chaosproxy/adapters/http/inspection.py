@@ -1,0 +1,433 @@
+"""The inspecting path: a request some rule may act on, in a coroutine that reads what rules need,
+asks the engine, and carries the actions out on the request and its response."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from chaosproxy import streams
+from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from chaosproxy.adapters.h1 import (
+    AS_IS_NEVER,
+    IDEMPOTENT,
+    Body,
+    ClientExchange,
+    Head,
+    Headers,
+    UpstreamConnection,
+    chunk,
+    last_chunk,
+)
+from chaosproxy.adapters.http.calls import Call, start_span
+from chaosproxy.adapters.http.heads import (
+    CONTENT_LENGTH,
+    SMALL_BODY,
+    UPGRADE_AND_CONNECTION,
+    HeaderView,
+    body_framing,
+    first_line,
+    header,
+    is_text,
+    mirror_rpc_headers,
+    without,
+)
+from chaosproxy.adapters.http.passthrough import Passthrough
+from chaosproxy.adapters.http.route import Route
+from chaosproxy.engine import Fired
+from chaosproxy.llm.relay import LlmExchange
+from chaosproxy.message import Message, Phase
+
+if TYPE_CHECKING:
+    from chaosproxy.adapters.http.proxy import HttpProxy
+
+
+class ResponseReader:
+    """An upstream response for a coroutine: await the head, then read the body piece by piece."""
+
+    __slots__ = ("exchange", "head", "body", "conn", "timeout")
+    as_is = AS_IS_NEVER  # what a coroutine reads may change on the way: never relayed as it came
+
+    def __init__(self, exchange: ClientExchange, conn: UpstreamConnection, timeout: float) -> None:
+        """`timeout`: --upstream-timeout, which `Deadlines` holds the head to (see `timed_out`)."""
+        self.exchange = exchange
+        self.conn = conn
+        self.timeout = timeout
+        self.head: asyncio.Future[Head] = asyncio.get_running_loop().create_future()
+        self.body = Body(conn)
+
+    def timed_out(self) -> None:
+        """No response head within `timeout` (called by `Deadlines`)."""
+        if not self.head.done():
+            self.head.set_exception(UpstreamTimeout(f"no response head within {self.timeout:g} s"))
+
+    def informational(self, status: int, reason: bytes, headers: Headers) -> None:
+        self.exchange.informational(status, reason, headers)
+
+    def response_head(self, head: Head) -> None:
+        if not self.head.done():
+            self.head.set_result(head)
+
+    def response_as_is(self, status: int) -> None:  # never: it is AS_IS_NEVER
+        raise AssertionError("a response read by a coroutine is never relayed as it came")
+
+    def response_body(self, data: bytes) -> None:
+        self.body.feed(data)
+
+    def response_end(self, trailers: Headers) -> None:
+        self.body.finish(trailers)
+
+    def upstream_failed(self, error: BaseException) -> None:
+        if not self.head.done():
+            self.head.set_exception(error)
+        else:
+            self.body.fail(error)
+
+
+class Inspection:
+    """A request some rule may act on: read what rules need, decide, carry the actions out. When no
+    rule can act on its response, a Passthrough takes the call over once the request is decided
+    (`_hand_over`): the response is relayed by callbacks, as the upstream wrote it when it may."""
+
+    def __init__(self, proxy: HttpProxy, exchange: ClientExchange, call: Call, route: Route, target: bytes) -> None:
+        self.proxy = proxy
+        self.engine = proxy.engine
+        self.exchange = exchange
+        self.call = call
+        self.route = route
+        self.target = target
+        self.relay = route.relay_for(call.msg.path or "/")
+        self.conn: UpstreamConnection | None = None
+        self.reader: ResponseReader | None = None
+        self.handed_over = False
+
+    async def run(self) -> None:
+        exchange, call = self.exchange, self.call
+        by_address = call.msg.session == exchange.peer  # no session id, no agent name: clients may share it
+        if by_address:
+            self.engine.call_began(call.msg.session)
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            call.outcome = "client_disconnected"
+            exchange.abort()
+        except (ConnectionError, UpstreamError) as exc:  # the client went away, or the upstream broke mid-body
+            if exchange.gone:
+                call.outcome = "client_disconnected"
+            else:
+                self.proxy.upstream_failed(exchange, call, self.route, exc)
+        except Exception:
+            self.proxy.internal_error(exchange, call)
+        finally:
+            if by_address:
+                self.engine.call_ended(call.msg.session)
+            if self.conn is not None and self.reader is not None:
+                self.conn.discard(self.reader)
+            if not self.handed_over:  # (else the Passthrough logs it)
+                call.finish(self.engine)
+
+    async def _run(self) -> None:
+        engine, exchange, call, msg = self.engine, self.exchange, self.call, self.call.msg
+        head = exchange.head
+        body: bytes | None = None  # the whole request body, when it was read
+        prefix = b""  # the part read of a body too large to hold: the rest streams after it
+        if head.has_body:
+            wanted = self.proxy.max_message_bytes if engine.needs_body else SMALL_BODY
+            if head.length is None or head.length <= wanted:
+                exchange.send_continue()
+                read, whole = await exchange.body.read_up_to(wanted)
+                if whole:
+                    body = msg.body = read
+                else:
+                    prefix = read
+        llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+        if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
+            start_span(engine, exchange, call, self.route, self.target)
+            if body is not None and msg.body is not body:
+                body = msg.body
+        headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
+        if engine.active(Phase.REQUEST):
+            original = msg.body
+            for fired in self._decide(msg):
+                match fired.action:
+                    case Delay(seconds):
+                        await asyncio.sleep(seconds)
+                    case Respond() as respond:
+                        call.outcome = "fault_response"
+                        return self.proxy._respond(exchange, call, respond)
+                    case Reply(message, delay):
+                        call.outcome = "fault_response"
+                        await asyncio.sleep(delay)
+                        return self.proxy._respond(exchange, call, self.relay.reply(msg, message))
+                    case Hang(release_after):
+                        call.outcome = "hang"
+                        await asyncio.sleep(release_after if release_after is not None else float("inf"))
+                        call.outcome = "ok"
+                    case Reset():
+                        call.outcome = "reset"
+                        exchange.abort(reset=True)
+                        return
+            if msg.body is not original:  # a fault rewrote the JSON-RPC request
+                body = msg.body
+                headers = mirror_rpc_headers(headers, msg)
+        if msg.body is not None and self.relay.watching:
+            self.relay.expect(msg)
+        if llm is None and not head.upgrade and (body is not None or not head.has_body) and \
+                not engine.could_act_on_reply(msg):
+            self._hand_over(body, headers)
+            return
+        if llm is not None:
+            original = msg.body
+            llm.faults = call.faults
+            await llm.prepare()
+            llm.rewrite_request()
+            if msg.body is not original:
+                body = msg.body
+            if not llm.watching and not head.upgrade and (body is not None or not head.has_body) and \
+                    not engine.active(Phase.RESPONSE, messages=False):  # no rule can change its reply
+                self._hand_over(body, headers)
+                return
+        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching):
+            # rules read response bodies: ask for them plain
+            headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
+        streamed = head.has_body and body is None
+        if body is not None:
+            framing = body_framing(len(body), False)
+        else:
+            framing = body_framing(head.length, head.length is None) if streamed else b""
+        request = first_line(head.method, self.target) + b"".join(
+            name + b": " + value + b"\r\n" for name, value in headers) + framing + b"\r\n"
+        replayable = not streamed and head.method in IDEMPOTENT
+        deadlines = self.proxy.deadlines
+        for attempt in (1, 2):
+            reader = await self._send(request + (body or b""), prefix if streamed else None)
+            deadlines.wait(reader)  # no head within --upstream-timeout: it fails with UpstreamTimeout
+            response: Head | None = None
+            try:
+                response = await reader.head
+            except UpstreamTimeout:
+                raise
+            except UpstreamError:
+                assert self.conn is not None
+                # a pooled connection the upstream had closed between requests: once more on a new one
+                if attempt == 2 or not self.conn.reused or self.conn.response_started or not replayable:
+                    raise
+                self.conn = None
+            finally:
+                deadlines.done(reader)
+            if response is not None:
+                break
+        assert response is not None  # (the second try's failure is raised)
+        await self._relay(msg, response, reader, llm)
+
+    def _hand_over(self, body: bytes | None, headers: Headers) -> None:
+        """No rule can act on the response: a Passthrough takes the call, its request sent as decided
+        here (`body` as read or rewritten, `headers` with the span's context), its response relayed by
+        callbacks."""
+        call = self.call
+        passthrough = Passthrough(self.proxy, self.exchange, call.msg, self.route, self.target)
+        passthrough.started, passthrough.faults = call.started, call.faults
+        passthrough.body, passthrough.headers, passthrough.keep_body = body, headers, None
+        self.handed_over = True
+        passthrough.start()
+
+    async def _send(self, request: bytes, streamed_prefix: bytes | None) -> ResponseReader:
+        """Send the request upstream; a body too large to hold follows as it arrives."""
+        exchange = self.exchange
+        try:
+            conn = self.conn = await self.route.pool.acquire()
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnreachable(str(exc) or type(exc).__name__) from exc
+        reader = self.reader = ResponseReader(exchange, conn, self.proxy.upstream_timeout)
+        conn.begin(reader, head_request=exchange.head.method == "HEAD")
+        conn.send(request)
+        if streamed_prefix is None:
+            conn.request_sent = True
+        else:
+            task = asyncio.get_running_loop().create_task(self._stream_body(conn, streamed_prefix))
+            self.proxy._tasks.add(task)
+            task.add_done_callback(self.proxy._tasks.discard)
+        return reader
+
+    async def _stream_body(self, conn: UpstreamConnection, prefix: bytes | None) -> None:
+        """A request body too large to hold goes upstream as it arrives (re-chunked when its length is unknown)."""
+        head = self.exchange.head
+        chunked = head.length is None
+        try:
+            if prefix:
+                conn.send(chunk(prefix) if chunked else prefix)
+            async for piece in self.exchange.body.chunks():
+                conn.send(chunk(piece) if chunked else piece)
+                await conn.drain()
+            if chunked:
+                conn.send(last_chunk(()))  # see REQUEST_TRAILERS
+            conn.request_sent = True
+        except (ConnectionError, UpstreamError):
+            if self.reader is not None:
+                conn.discard(self.reader)
+
+    async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None) -> None:
+        engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
+        call.status = response.status
+        headers = response.end_to_end(drop=CONTENT_LENGTH)
+        length = response.length
+        content_type = (header(headers, b"content-type") or b"").decode("latin-1")
+        is_stream = "text/event-stream" in content_type
+        if response.upgrade:  # 101: from here on a tunnel both ways
+            exchange.start(101, response.reason, response.end_to_end(keep=UPGRADE_AND_CONNECTION),
+                           None, no_body=True)
+            assert self.conn is not None
+            self.conn.start_tunnel(exchange.conn)
+            self.conn = self.reader = None
+            exchange.finish()
+            return
+        if exchange.head.upgrade:
+            exchange.close_after = True  # the client is not told to stop sending its other protocol
+        actions: list[Any] = []
+        if engine.active(Phase.RESPONSE):
+            reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
+                            path=msg.path, headers=HeaderView(response.headers), status=response.status,
+                            request=msg, route=msg.route)
+            reply.api, reply.model, reply.turn = msg.api, msg.model, msg.turn
+            actions = [fired.action for fired in self._decide(reply, messages=False)]
+        if exchange.no_body or response.status in (204, 304):
+            call.finish(engine)
+            exchange.start(response.status, response.reason, headers, length)
+            exchange.end(reader.body.trailers)
+            return
+        per_message = engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
+        chunks: AsyncIterator[bytes] = reader.body.chunks()
+        inspect = per_message and (is_stream or is_text(content_type))
+        encoding = (header(headers, b"content-encoding") or b"identity").decode("latin-1").strip().lower()
+        if inspect and encoding not in DECODABLE:
+            inspect = False
+            engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                            reason=f"response body is {encoding}-encoded: rules cannot read it")
+        elif inspect and is_stream and encoding != "identity":  # decoded as it arrives, relayed decoded
+            chunks = streams.decoded(chunks, encoding)
+            headers, length, encoding = without(headers, b"content-encoding"), None, "identity"
+        payload: bytes | None = None
+        if is_stream and llm is not None:
+            if inspect:
+                chunks, length = llm.relay_events(chunks, HeaderView(headers)), None
+        elif is_stream and (inspect or (msg.http_method == "GET" and encoding == "identity")):
+            chunks = relay.relay_events(chunks, msg, call.faults, self.proxy.max_message_bytes)
+            length = None
+        elif inspect and not is_stream and (length is None or length <= self.proxy.max_message_bytes):
+            read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes)
+            if whole:
+                payload, headers = self._relay_whole(read, encoding, response.status, headers, llm)
+                # trailers go only on a chunked body
+                chunks, length = streams.once(payload), None if reader.body.trailers else len(payload)
+            else:
+                chunks = streams.then(read, chunks)
+        ending = "eof"
+        for action in actions:
+            match action:
+                case Delay(seconds):
+                    await asyncio.sleep(seconds)
+                case Drip(size, delay):
+                    chunks = streams.drip(chunks, size, delay)
+                case Truncate(limit, fraction):
+                    if limit is None:
+                        chunks, limit = await self._fraction(chunks, length, fraction or 0.0, response, headers)
+                    if limit is not None:
+                        chunks, ending = streams.limit(chunks, limit), "close"
+                case Reset(after_bytes):
+                    chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
+                case CutStream(after_events, idle):
+                    chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
+        # a reply that is all here goes out in one send, after its call line: whoever reads the log once
+        # the agent has its answer finds the call there (as a stream's pieces, by contrast, go at once)
+        whole = not actions and (payload is not None or reader.body.done)
+        if whole:
+            exchange.conn.cork()
+        if not exchange.started:
+            exchange.start(response.status, response.reason, headers, length)
+        async for piece in chunks:
+            call.bytes_out += len(piece)
+            if call.bytes_out == length and ending == "eof":  # the agent has it all with this piece: log first
+                call.finish(engine)
+            exchange.write(piece)
+            if not whole:
+                await exchange.drain()
+        if whole:
+            call.finish(engine)
+            exchange.conn.uncork()
+        match ending:
+            case "eof":
+                call.finish(engine)
+                exchange.end(reader.body.trailers)
+            case "cut":
+                call.outcome = "stream_cut"
+                call.finish(engine)
+                exchange.end()  # a clean end, as a server that closed the stream
+            case "close":
+                call.outcome = "truncated"
+                exchange.close()  # FIN after the bytes sent
+            case "reset":
+                call.outcome = "reset"
+                exchange.abort(reset=True)
+            case "idle":
+                call.outcome = "stream_idle"
+                await asyncio.Event().wait()  # until the client goes away
+
+    def _relay_whole(self, raw: bytes, encoding: str, status: int, headers: Headers,
+                     llm: LlmExchange | None) -> tuple[bytes, Headers]:
+        """A whole reply body (`raw`, as the upstream encoded it) decided on: the body and headers the
+        agent gets. An encoded body is read decoded; unless a fault changed it, it goes as it came."""
+        msg = self.call.msg
+        plain = raw if encoding == "identity" else streams.decode_whole(raw, encoding, self.proxy.max_message_bytes)
+        if plain is None:
+            self.engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                                 reason=f"response body is not {encoding} of at most "
+                                        f"{self.proxy.max_message_bytes} bytes: rules cannot read it")
+            return raw, headers
+        sent = headers
+        if plain is not raw:
+            headers = without(headers, b"content-encoding")
+        replaced: dict[str, str] = {}
+        view = HeaderView(headers)
+        payload = llm.relay_body(plain, status, view) if llm is not None \
+            else self.relay.relay_body(plain, msg, view, replaced, self.call.faults)
+        if "Content-Type" in replaced:
+            headers = [*without(headers, b"content-type"), (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
+        elif plain is not raw and payload == plain:  # nothing changed it: the agent gets what was sent
+            return raw, sent
+        return payload, headers
+
+    async def _fraction(self, chunks: AsyncIterator[bytes], length: int | None, fraction: float, response: Head,
+                        headers: Headers) -> tuple[AsyncIterator[bytes], int | None]:
+        """How many bytes `fraction` of the body is. A body of unknown length is held (headers sent
+        first) until it ends; one that does not end within a while or a size is not truncated."""
+        if length is not None:
+            return chunks, int(length * fraction)
+        self.exchange.start(response.status, response.reason, headers, None)
+        held: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(FRACTION_WAIT_S):
+                async for piece in chunks:
+                    held.append(piece)
+                    size += len(piece)
+                    if size > self.proxy.max_message_bytes:
+                        raise TimeoutError
+        except TimeoutError:
+            msg = self.call.msg
+            self.engine.log.skip(rule=None, fault="truncate", transport=msg.transport, session=msg.session,
+                                 path=msg.path, reason="fraction of a body that did not end: relayed whole")
+            return streams.then(b"".join(held), chunks), None
+        return streams.once(b"".join(held)), int(size * fraction)
+
+    def _decide(self, msg: Message, *, messages: bool = True) -> list[Fired]:
+        fired = self.engine.decide(msg, messages=messages)
+        self.call.faults.extend(f.rule.name for f in fired)
+        return fired
+
+
+DECODABLE = frozenset({"identity", "gzip", "x-gzip", "deflate"})  # bodies rules can read (decoded if need be)
+
+
+FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its size for `truncate`
