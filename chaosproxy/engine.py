@@ -339,17 +339,27 @@ class Engine:
                 view.examples[msg.tool] = result["structuredContent"]
             return
         tools = listed_tools(msg)
-        if tools is None:
-            return
-        for tool in tools:
-            name = tool.get("name") if isinstance(tool, dict) else None
-            if isinstance(name, str):
-                view.listed.add(name)
-                schema = tool.get("outputSchema")
-                if isinstance(schema, dict):
-                    view.output_schemas[name] = schema
-                else:
-                    view.output_schemas.pop(name, None)
+        if tools is not None:
+            _learn_tools(view, tools)
+
+    def lists_tools_first(self, msg: Message) -> bool:
+        """True when the adapter should list upstream's tools itself before `msg`, a tools/call request,
+        goes on: a rule that keeps results valid for the tool's outputSchema may act on its result, and
+        upstream never listed the tool to the proxy (the agent listed them on another connection, or
+        lists lazily, after a call, as the Python SDK client does). Asked once per upstream."""
+        if msg.method != "tools/call" or msg.tool is None or msg.phase is not Phase.REQUEST:
+            return False
+        view = self.session_of(msg).view
+        return msg.tool not in view.listed and not view.asked_upstream and any(
+            rule.rule.fault.needs_output_schema and rule.could_match(msg)
+            for rule in self._by_kind[Phase.RESPONSE, True])
+
+    def learn_listing(self, msg: Message, tools: list[Any] | None) -> None:
+        """What upstream listed when the adapter asked it for `msg` (None: it could not be had)."""
+        view = self.session_of(msg).view
+        view.asked_upstream = True
+        if tools is not None:
+            _learn_tools(view, tools)
 
     def decide(self, msg: Message, *, wire: bool = True, messages: bool = True,
                key: str | None = None) -> list[Fired]:
@@ -480,24 +490,30 @@ class Engine:
             rng = random.Random(f"{self.seed}:{rule.name}:{entry.draws}:{index}")
         if rule.probability < 1 and rng.random() >= rule.probability:
             return None
-        action = rule.fault.act(FaultContext(msg, rng, counter.scratch, now, session, rule.name))
+        ctx = FaultContext(msg, rng, counter.scratch, now, session, rule.name)
+        action = rule.fault.act(ctx)
         if action is None or _changes_nothing(action, msg):
             return None
         if isinstance(action, Skip):
-            llm = {"api": msg.api, "model": msg.model, "turn": msg.turn} if msg.api is not None else {}
-            self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
-                          method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=action.reason, **llm)
+            self._log_skip(rule, msg, action.reason)
             return None
         if not (seen and seen[1]):
             counter.fired += 1
         if key is not None:
             counter.keys[key] = (index, True)
         self._log_fault(rule, msg, action, index)
+        for reason in ctx.skipped:  # what the fault left alone of what it changed
+            self._log_skip(rule, msg, reason)
         if isinstance(action, Rewrite):
             msg.replace(action.message)
         elif isinstance(action, Garble) and msg.rpc is None and rule.fault.level is Level.CONTENT:
             msg.body = action.raw  # a REST body perturbed: later content rules perturb it further
         return Fired(rule, rule.fault, action)
+
+    def _log_skip(self, rule: Rule, msg: Message, reason: str) -> None:
+        llm = {"api": msg.api, "model": msg.model, "turn": msg.turn} if msg.api is not None else {}
+        self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
+                      method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=reason, **llm)
 
     def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
         fault = rule.fault
@@ -538,6 +554,19 @@ class Engine:
 
 
 _LEARNED = frozenset({"tools/list", "tools/call"})
+
+
+def _learn_tools(view: AgentView, tools: list[Any]) -> None:
+    """Every name upstream listed, and each tool's output schema as listed (before rules reshape it)."""
+    for tool in tools:
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str):
+            view.listed.add(name)
+            schema = tool.get("outputSchema")
+            if isinstance(schema, dict):
+                view.output_schemas[name] = schema
+            else:
+                view.output_schemas.pop(name, None)
 
 
 def _changes_nothing(action: Action, msg: Message) -> bool:

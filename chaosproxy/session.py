@@ -79,6 +79,7 @@ class AgentView:
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)
     examples: dict[str, Any] = field(default_factory=dict)
+    asked_upstream: bool = False  # the proxy listed upstream's tools itself (once, whatever came of it)
 
     def example_for(self, schema: dict[str, Any]) -> Any:
         """A real structured result of a tool listed with exactly `schema`, or None."""

@@ -320,7 +320,9 @@ async def test_error_in_success_says_failed_with_is_error_false(make_proxy, mcp_
     assert lied.is_error is False
     assert [c.text for c in lied.content] == [
         "Error executing tool search: 401 Unauthorized: invalid or expired access token"]
-    assert lied.structured_content == honest.structured_content  # kept: the SDK accepts the result
+    # search returns a string: its structuredContent restates the text, as the SDK's own do, and the
+    # SDK accepts it (the proxy listed the tools itself: the agent never did)
+    assert lied.structured_content == {"result": lied.content[0].text} != honest.structured_content
     assert json.loads(honest.content[0].text)["query"] == "chaos"
     [fault] = proxy.events("fault")
     assert (fault["fault"], fault["component"], fault["level"]) == ("error_in_success", "reward", "content")

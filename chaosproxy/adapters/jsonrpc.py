@@ -46,6 +46,9 @@ class BodyRelay(Protocol):
     def expect(self, request: Message) -> None:
         """A request whose reply may come on another channel (a legacy GET stream) is on its way."""
 
+    def answers_on_stream(self, request: Message) -> bool:
+        """True when replies to `request`'s session come on another channel (a legacy GET stream)."""
+
     def reply(self, request: Message, message: dict[str, Any]) -> Respond:
         """The HTTP answer for a fault's Reply to `request`, given in the proxy's place."""
 
@@ -85,6 +88,9 @@ class JsonRpcRelay:
             self._pending[request.session, rpc_key(rpc["id"])] = request
             if len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
+
+    def answers_on_stream(self, request: Message) -> bool:
+        return request.session in self._legacy_streams
 
     def forget(self, request: Message) -> None:
         """Upstream failed `request`: no reply to it will come, so it is not kept waiting for one."""

@@ -65,6 +65,10 @@ class ContentFault(Fault):
         object when unchanged."""
         raise NotImplementedError
 
+    @property
+    def needs_output_schema(self) -> bool:
+        return self.respect_schema and self.where != "text"
+
     def act(self, ctx: FaultContext) -> Rewrite | Garble | Skip | None:
         msg = ctx.message
         if msg.rpc is not None:
@@ -72,8 +76,17 @@ class ContentFault(Fault):
             if result is None:
                 return None
             schema = ctx.session.output_schemas.get(msg.tool or "") if self.respect_schema else None
-            changed = self.perturb_result(result, ctx.rng, schema)
-            return with_result(msg, changed) if isinstance(changed, dict) else changed
+            fault = self
+            if self.needs_output_schema and result.get("structuredContent") is not None \
+                    and (msg.tool or "") not in ctx.session.view.listed:
+                fault = self.model_copy(update={"where": "text"})  # its schema unknown: the text alone
+                ctx.skipped.append(f"structuredContent left as it is: the output schema of tool {msg.tool!r} "
+                                   "is not known (upstream never listed it to the proxy), and a value "
+                                   "perturbed blind may break it")
+            changed = fault.perturb_result(result, ctx.rng, schema)
+            if isinstance(changed, dict):
+                return with_result(msg, changed)
+            return Skip(ctx.skipped[0]) if changed is None and ctx.skipped else changed
         text = body_text(msg)
         if not isinstance(text, str):
             return text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -40,7 +40,8 @@ class FaultContext:
 
     `rng` is the decision's own seeded stream, `state` the rule's scratch space for this session
     (or for all, with scope: global), `session` what every rule knows about the session, and
-    `rule` the rule's name (for tool routes the fault leaves behind).
+    `rule` the rule's name (for tool routes the fault leaves behind). A fault that acts on part of a
+    message only adds to `skipped` why it left the rest alone: the engine logs each (`event: skip`).
     """
 
     message: Message
@@ -49,6 +50,7 @@ class FaultContext:
     now: float
     session: SessionState
     rule: str
+    skipped: list[str] = field(default_factory=list)
 
 
 MAX_WAIT_MS = 86_400_000.0  # the longest wait a fault may add (a day): longer is a hang, which has its own fault
@@ -86,6 +88,13 @@ class Fault(BaseModel):
         the response once, message faults on each message in it.
         """
         return self.level not in (Level.TRANSPORT, Level.HTTP)
+
+    @property
+    def needs_output_schema(self) -> bool:
+        """True when what the fault makes of a tool's result depends on the tool's outputSchema (to
+        keep the result valid for it): the proxy then lists upstream's tools itself when the agent
+        never listed them through it."""
+        return False
 
     def observe(self, msg: Message, session: SessionState) -> None:
         """Called on every message the rule matches, before its gates: for faults that need history

@@ -35,6 +35,10 @@ class ErrorInSuccess(Fault):
     acts_on = Phase.RESPONSE
     methods = RESULTS
 
+    @property
+    def needs_output_schema(self) -> bool:
+        return self.respect_schema and self.structured == "keep"
+
     def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         result = call_result(ctx.message)
         if result is None:

@@ -28,6 +28,10 @@ class FlipIsError(Fault):
     acts_on = Phase.RESPONSE
     methods = RESULTS
 
+    @property
+    def needs_output_schema(self) -> bool:
+        return self.respect_schema and self.direction != "to_error"
+
     def act(self, ctx: FaultContext) -> Rewrite | Skip | None:
         result = call_result(ctx.message)
         if result is None:

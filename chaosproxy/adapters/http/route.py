@@ -49,6 +49,10 @@ class Route:
             return rest if rest.startswith("/") else "/" + rest
         return None
 
+    def url_of(self, target: bytes) -> str:
+        """The upstream's URL for an upstream request target (its path and query)."""
+        return f"{'https' if self.pool.tls else 'http'}://{self.host_header.decode()}{target.decode('latin-1')}"
+
     def relay_for(self, path: str) -> BodyRelay:
         """The body relay for a request path (JSON-RPC today; model APIs get their own by path)."""
         return self.relay
