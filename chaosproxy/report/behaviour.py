@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaosproxy.report.logfile import Call, Session
+from chaosproxy.report.logfile import MODEL, TOOL, Call, Session
 
 MADE_UP_TOOL_FAULTS = frozenset({"unknown_tool", "tool_flood", "distractor_tool"})
 # What an agent sends on a fresh connection before it can call a tool again.
@@ -65,12 +65,12 @@ def incidents(sessions: Iterable[Session]) -> list[Incident]:
     marked = sorted(((call, step) for session in sessions for call, step in _steps(session)),
                     key=lambda pair: pair[0].ts)
     found: list[Incident] = []
-    for kind in ("tool", "model"):
-        found += _incidents_of(kind, [(call, step == kind) for call, step in marked if step in (kind, None)], goal)
+    for kind in (TOOL, MODEL):
+        found += _incidents_of([(call, step == kind) for call, step in marked if step in (kind, None)], goal)
     return sorted(found, key=lambda incident: incident.started)
 
 
-def _incidents_of(kind: str, calls: list[tuple[Call, bool]], goal: bool | None) -> list[Incident]:
+def _incidents_of(calls: list[tuple[Call, bool]], goal: bool | None) -> list[Incident]:
     """The incidents among one kind of step (tool calls, or turns to the model API), in time order;
     `calls` marks each as such a step, or as an attempt step (initialize, tools/list) between them."""
     steps = [call for call, is_step in calls if is_step]
@@ -108,7 +108,7 @@ def _incidents_of(kind: str, calls: list[tuple[Call, bool]], goal: bool | None) 
 
 def _steps(session: Session) -> Iterator[tuple[Call, str | None]]:
     """Each call, and which kind of the agent's steps it is: a tool call, a turn to its model API, or None."""
-    return ((call, call.kind if call.kind in ("tool", "model") else None) for call in session.calls)
+    return ((call, call.kind if call.kind in (TOOL, MODEL) else None) for call in session.calls)
 
 
 def calls_a_made_up_tool(call: Call) -> bool:

@@ -80,6 +80,7 @@ class Fault:
             return False
         return self.action in DISRUPTIVE_ACTIONS or self.fault in DISRUPTIVE_FAULTS
 
+    @property
     def could_fail(self) -> bool:
         """The fault could be why its call failed: it acted before upstream answered (a request
         changed or held) or held the answer up until the agent gave up."""
@@ -141,7 +142,7 @@ class Call:
     def disrupted(self) -> bool:
         """A fault kept the real answer from the agent, or made the call fail (see Fault.could_fail)."""
         return any(fault.disruptive for fault in self.faults) or (
-            self.failed and any(fault.could_fail() for fault in self.faults))
+            self.failed and any(fault.could_fail for fault in self.faults))
 
     @property
     def failed_upstream(self) -> bool:
