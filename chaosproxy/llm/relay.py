@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -30,8 +30,6 @@ from chaosproxy.actions import Reply as ReplyAction
 from chaosproxy.engine import Engine, Fired
 from chaosproxy.faults import Fault, Level
 from chaosproxy.faults._llm import LlmFault, PromptFault
-from chaosproxy.faults.empty_completion import EmptyCompletion as EmptyCompletionFault
-from chaosproxy.faults.llm_stream_error import LlmStreamError
 from chaosproxy.log import ops
 from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
     openai_responses, stream, view
@@ -43,6 +41,9 @@ from chaosproxy.scenario import Scenario
 FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
 MAX_SESSIONS = 1024
 MAX_REMEMBERED = 4096  # per session and kind: tool calls, answers, rewritten history items
+
+if TYPE_CHECKING:  # (imported where used: a proxy loads only the faults its scenario names)
+    from chaosproxy.faults.llm_stream_error import LlmStreamError
 
 
 def key_of(*parts: str | bytes) -> str:
@@ -373,7 +374,7 @@ class LlmExchange:
     def _empty_faults(self) -> list[Fault]:
         if not self.interest.completion:
             return []
-        return [f for f in self.engine.candidates(view.completion(self.msg)) if isinstance(f, EmptyCompletionFault)]
+        return [f for f in self.engine.candidates(view.completion(self.msg)) if f.type == "empty_completion"]
 
     @property
     def error_points(self) -> frozenset[int]:
@@ -382,7 +383,8 @@ class LlmExchange:
         if self._error_points is None:
             asked = self.interest.completion and self.request.stream
             faults = self.engine.candidates(view.stream_event(self.msg, 0)) if asked else []
-            self._error_points = frozenset(f.after_events for f in faults if isinstance(f, LlmStreamError))
+            self._error_points = frozenset(cast("LlmStreamError", f).after_events for f in faults
+                                          if f.type == "llm_stream_error")
         return self._error_points
 
     def empty_mode(self) -> EmptyCompletion | None:

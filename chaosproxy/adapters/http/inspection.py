@@ -36,7 +36,6 @@ from chaosproxy.adapters.http.heads import (
 )
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
-from chaosproxy.adapters.listing import list_tools
 from chaosproxy.engine import Fired
 from chaosproxy.llm.relay import LlmExchange
 from chaosproxy.message import Message, Phase
@@ -174,6 +173,7 @@ class Inspection:
                 body = msg.body
                 headers = mirror_rpc_headers(headers, msg)
         if engine.lists_tools_first(msg) and not self.relay.answers_on_stream(msg):
+            from chaosproxy.adapters.listing import list_tools  # (aiohttp's client: loaded when first needed)
             engine.learn_listing(msg, await list_tools(self.route.url_of(self.target), headers, msg.rpc or {},
                                                        self.proxy.max_message_bytes))
         if msg.body is not None and self.relay.watching:
