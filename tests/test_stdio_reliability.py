@@ -72,6 +72,30 @@ def test_notifications_are_never_overtaken_under_latency(tmp_path: Path):
     assert lines[-1]["id"] == 1  # the reply last, as the server wrote it
 
 
+def test_a_slow_reader_gets_all_the_server_wrote_before_it_exited(tmp_path: Path):
+    """After the server exits, its last lines wait in the pipes until the agent reads them: the relay
+    drains them at the agent's pace (it gave up one second after the exit, and they were lost)."""
+    relay = subprocess.Popen([*PROXY, "--", *script(tmp_path, "burst.py", BURST_SERVER)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert relay.stdin is not None and relay.stdout is not None
+    relay.stdin.write(rpc(1, "burst", n=2000))  # ~170 KB of notifications, then the reply
+    relay.stdin.close()  # the agent hangs up: the server answers, then exits
+    received = bytearray()
+    deadline = time.monotonic() + WAIT
+    try:
+        while chunk := os.read(relay.stdout.fileno(), 1024):  # ~50 KB/s: a host busy with each message
+            received += chunk
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert relay.wait(WAIT) == 0
+    finally:
+        relay.kill()
+        relay.wait(WAIT)
+    lines = [json.loads(line) for line in received.splitlines()]
+    assert [line["params"]["progress"] for line in lines[:-1]] == list(range(2000))
+    assert lines[-1]["id"] == 1
+
+
 def test_a_server_crash_while_a_request_is_held_ends_the_relay_at_once(tmp_path: Path):
     rules = scenario_file(tmp_path, {"name": "held", "match": {"method": "slow"},
                                      "fault": {"type": "latency", "delay_ms": 30_000}})

@@ -35,7 +35,7 @@ TRANSPORT = "stdio"
 SESSION = "stdio"  # one agent per relay process; a constant keeps seeded decisions reproducible
 CLOSE_GRACE = 10.0  # after its stdin closes, how long the server may finish its work (clients signal sooner)
 KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL; after SIGKILL, before giving up on it
-DRAIN_GRACE = 1.0  # after the server exits, how long its last lines may take (a grandchild may hold the pipe)
+DRAIN_GRACE = 1.0  # after the server exits, how long its lines may stand still (a grandchild may hold the pipe)
 EXIT_CRASHED = 1  # our exit status after a reset: the agent saw the server die
 MAX_LINE = 16 << 20  # a longer line passes through in pieces, unexamined: it is never held whole
 LANE_BYTES = 16 << 20  # line bytes a direction may hold behind faults before it stops reading (a full pipe)
@@ -161,13 +161,25 @@ class _Pipe:
         except ConnectionError:
             self.close()
 
+    def unsent(self) -> int:
+        """Bytes written here that the reader has yet to take (beyond what the OS pipe holds)."""
+        return self._writer.transport.get_write_buffer_size()
+
     def close(self) -> None:
         self._writer.close()
 
-    async def wait_closed(self, timeout: float) -> None:
+    async def wait_closed(self, grace: float) -> None:
+        """Close once what was written has gone out, at the reader's pace however slow; a reader that
+        takes nothing for `grace` is given up on."""
         self.close()
-        with contextlib.suppress(ConnectionError, TimeoutError):
-            await asyncio.wait_for(self._writer.wait_closed(), timeout)
+        closed = asyncio.ensure_future(self._writer.wait_closed())
+        while not closed.done():
+            unsent = self.unsent()
+            await asyncio.wait([closed], timeout=grace)
+            if self.unsent() == unsent:
+                closed.cancel()
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            await closed
 
 
 class _Lane:
@@ -186,6 +198,8 @@ class _Lane:
         self.tasks: set[asyncio.Task[None]] = set()
         self._ordered_tail: asyncio.Task[None] | None = None  # the last message without an id, in turn
         self._held_bytes = 0
+        self._room = asyncio.Event()  # set while within the bounds
+        self._room.set()
 
     async def deliver(self, work: Callable[[], Awaitable[None]], *, size: int, waits: bool,
                       ordered: bool) -> None:
@@ -201,17 +215,23 @@ class _Lane:
         self.tasks.add(task)
         self._held_bytes += size
         task.add_done_callback(functools.partial(self._release, size))
-        while self._held_bytes > LANE_BYTES or len(self.tasks) > LANE_DEPTH:
-            await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+        if self._full():
+            self._room.clear()
+            await self._room.wait()
 
     def ordered_tail(self) -> asyncio.Task[None] | None:
         """The held message without an id that the next message must follow, if any."""
         tail = self._ordered_tail
         return tail if tail is not None and not tail.done() else None
 
+    def _full(self) -> bool:
+        return self._held_bytes > LANE_BYTES or len(self.tasks) > LANE_DEPTH
+
     def _release(self, size: int, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self._held_bytes -= size
+        if not self._full():
+            self._room.set()
 
     def cancel(self) -> None:
         for task in self.tasks:
@@ -235,6 +255,7 @@ class StdioRelay:
         self.close_grace = close_grace
         self._pending: dict[Any, _Call] = {}  # oldest first
         self._lanes = {Phase.REQUEST: _Lane(), Phase.RESPONSE: _Lane()}
+        self._reads = {Phase.REQUEST: 0, Phase.RESPONSE: 0}  # lines and pieces: a silent pipe stays put
         self._crashed = asyncio.Event()
 
     async def run(self, agent_in: int, agent_out: int) -> int:
@@ -271,7 +292,7 @@ class StdioRelay:
             else:  # what a fault holds has no one to go to, or would reach the agent after the end
                 self._drop_held()
             await self._stop_server(exited)
-            await asyncio.wait([replies], timeout=DRAIN_GRACE)  # relay what it said before it exited
+            await self._drain(replies)
             if agent_left:
                 await self._settle()
         finally:
@@ -291,6 +312,16 @@ class StdioRelay:
         if status:
             ops.warning("server command exited with status %d", status)
         return EXIT_CRASHED if self._crashed.is_set() else status
+
+    async def _drain(self, replies: asyncio.Task[None]) -> None:
+        """Relay what the server wrote before it exited, all of it, at the agent's pace however slow.
+        Only when nothing moves for DRAIN_GRACE is it given up: the server's pipe is silent (a
+        grandchild may hold it open), or the agent stopped reading."""
+        while not replies.done():
+            moved = self._reads[Phase.RESPONSE], self._to_agent.unsent()
+            await asyncio.wait([replies], timeout=DRAIN_GRACE)
+            if (self._reads[Phase.RESPONSE], self._to_agent.unsent()) == moved:
+                return
 
     async def _settle(self) -> None:
         """Let the messages faults hold arrive (bounded) before the pipe they go to closes."""
@@ -332,6 +363,7 @@ class StdioRelay:
         pipe = self._to_server if phase is Phase.REQUEST else self._to_agent
         lane = self._lanes[phase]
         async for line, whole in lines:
+            self._reads[phase] += 1
             if not whole:
                 await self._pass_unexamined(line, lines, pipe, lane, phase)
                 continue
@@ -358,6 +390,7 @@ class StdioRelay:
         async with pipe.lock:
             await pipe.write(first)
             async for piece, whole in rest:
+                self._reads[phase] += 1
                 await pipe.write(piece)
                 if whole:
                     return
