@@ -143,6 +143,7 @@ def tools_effect(before: list[Any], after: list[Any]) -> dict[str, Any]:
         effect["renamed"] = bounded((str(a), short(b)) for a, b in renamed)
         new = old  # the tools are then compared as the tools they were
     originals = {name: tool for name, tool in reversed(list(zip(old, before))) if name is not None}
+    listed = Counter(old)
     shown: dict[str, list[Any]] = {}
     for name, tool in zip(new, after):
         if name is not None:
@@ -156,11 +157,11 @@ def tools_effect(before: list[Any], after: list[Any]) -> dict[str, Any]:
             continue
         kept = next((tool for tool in tools if tool == original), tools[0])
         changed += json_changes(_without_name(original), _without_name(kept), name)
-        copies = [tool for tool in tools if tool is not kept][:max(0, len(tools) - old.count(name))]
+        copies = [tool for tool in tools if tool is not kept][:max(0, len(tools) - listed[name])]
         added += [(name, _copy_of(original, copy)) for copy in copies]
     if added:
         effect["added"] = bounded(added)
-    if removed := Counter(old) - Counter(new):
+    if removed := listed - Counter(new):
         effect["removed"] = bounded((str(name), count) for name, count in removed.items())
     if changed:
         effect["changed"] = bounded(changed)
