@@ -50,8 +50,9 @@ def text_change(before: str, after: str) -> dict[str, Any]:
     for scattered slips, at most the changed stretch when changes crowd), the first offsets in the
     original where they are, and the lengths before and after. Linear in the texts' length."""
     edits = _edits(before, after)
-    return {"chars": sum(size for _, size in edits), "at": [at for at, _ in edits[:MAX_ENTRIES]],
-            "length": [len(before), len(after)]}
+    change = {"chars": sum(size for _, size in edits), "at": [at for at, _ in edits[:MAX_ENTRIES]],
+              "length": [len(before), len(after)]}
+    return change | {"upper_bound": True} if len(edits) > MAX_EDITS else change  # (the rest counted whole)
 
 
 def _edits(a: str, b: str) -> list[tuple[int, int]]:
