@@ -96,7 +96,8 @@ async def test_an_effect_stays_small_whatever_the_fault_met(make_proxy: Any, scr
                 await reply.read()
     prefixed, slips = (line["effect"] for line in proxy.events("fault"))
     assert len(prefixed["renamed"]) == 9 and prefixed["renamed"]["more"] == 992
-    assert slips["changed"]["result.content[0].text"]["chars"] > 1000
+    slipped = slips["changed"]["result.content[0].text"]
+    assert slipped["chars"] > 1000 and slipped["upper_bound"] is True and len(slipped["at"]) == 8
     for effect in (prefixed, slips):
         assert len(json.dumps(effect)) < MAX_EFFECT_BYTES
 
