@@ -69,7 +69,7 @@ async def test_notifications_stay_before_the_reply_they_precede(tmp_path: Path):
         progress.append(value)
 
     with anyio.fail_after(WAIT):
-        async with Client(proxied(log, "--scenario", str(scenario))) as session:
+        async with Client(proxied(log, "--scenario", str(scenario), "--seed", "1")) as session:
             result = await session.call_tool("count", {"n": 12, "interval_ms": 10},
                                              progress_callback=on_progress)
             at_result = list(progress)
