@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
+from chaosproxy.telemetry.log import CALL_FLUSH_S, PerturbationLog, open_log_file
 
 BUDGET_US = 5.0
 FIELDS = {"transport": "http", "session": "127.0.0.1", "route": "default", "http_method": "POST", "path": "/mcp",

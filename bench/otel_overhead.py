@@ -75,8 +75,8 @@ os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:{sink_port}"
 os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = "{calls}"
 if {sampler_ratio!r} is not None:
     os.environ.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG={sampler_ratio!r})
-from chaosproxy.otel import OtlpTracing
-from chaosproxy.message import Message, Phase
+from chaosproxy.telemetry.tracing import OtlpTracing
+from chaosproxy.engine.message import Message, Phase
 body = {CALL.encode()!r}
 headers = {{"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}}
 def call(tracing):

@@ -32,10 +32,10 @@ import uvloop
 
 from chaosproxy.adapters.h1 import ClientConnection, UpstreamConnection
 from chaosproxy.adapters.http import HttpProxy
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
-from chaosproxy.runtime import settle_heap
-from chaosproxy.scenario import Scenario, load_scenario
+from chaosproxy.control.runtime import settle_heap
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import Scenario, load_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 
 BODY = (b'{"jsonrpc":"2.0","id":"req-000001","tool":"search_docs","arguments":{"query":"fault injection proxy '
         b'benchmark","limit":10,"filters":["docs","code"],"trace":"0123456789abcdef0123456789abcdef"}}')

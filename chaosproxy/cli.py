@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import math
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -18,10 +18,17 @@ from typing import Any
 from chaosproxy import __version__
 from chaosproxy.adapters import compiled
 from chaosproxy.drill import command as drill_command
-from chaosproxy.log import ops, setup_operational_log
-from chaosproxy.redact import redacted_url
+from chaosproxy.engine.scenario import (
+    Scenario,
+    ScenarioError,
+    check_route,
+    load_scenario,
+    order_warnings,
+    read_text,
+)
 from chaosproxy.report import command as report_command
-from chaosproxy.scenario import Scenario, ScenarioError, check_route, load_scenario, order_warnings, read_text
+from chaosproxy.telemetry.log import ops, setup_operational_log
+from chaosproxy.telemetry.redact import redacted_url
 
 EXIT_INVALID = 2
 
@@ -158,7 +165,7 @@ def _positive[T: (int, float)](kind: Callable[[str], T]) -> Callable[[str], T]:
 
 def _seed(value: str) -> int:
     """--seed (or CHAOSPROXY_SEED): a whole number every part of the proxy takes as it is."""
-    from chaosproxy.scenario import check_seed
+    from chaosproxy.engine.scenario import check_seed
 
     try:
         seed = int(value)
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             print(faults_table())
             return 0
         case "schema":
-            from chaosproxy.editor_schema import scenario_schema
+            from chaosproxy.engine.editor_schema import scenario_schema
             print(json.dumps(scenario_schema(suite=args.suite), indent=2))
             return 0
         case "demo":
@@ -260,7 +267,13 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
            describe: Callable[[str, int], str]) -> int:
     """Run a listening proxy (run, mitm) with the control API and reloading until SIGINT/SIGTERM."""
-    from chaosproxy.runtime import open_engine, raise_open_files_limit, run_async, settle_heap, wait_for_stop_signal
+    from chaosproxy.control.runtime import (
+        open_engine,
+        raise_open_files_limit,
+        run_async,
+        settle_heap,
+        wait_for_stop_signal,
+    )
 
     host, port = args.listen
     open_files = raise_open_files_limit()  # each relayed stream holds two
@@ -298,12 +311,12 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
 async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
     """The control API (--control), scenario reloading (SIGHUP, --watch) and the log's periodic flush,
     as every proxy command has them."""
-    from chaosproxy.reload import reloading
+    from chaosproxy.control.reload import reloading
 
     roots = [*([args.scenario.parent] if args.scenario else []), *args.scenario_dirs]
     control: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
     if args.control is not None:  # the control API (aiohttp's server, prometheus) is loaded only when asked for
-        from chaosproxy.control import serve_control
+        from chaosproxy.control.api import serve_control
         control = serve_control(engine, args.control, _control_token(args), file_roots=roots)
     flusher = asyncio.create_task(engine.log.flush_periodically())
     loop = asyncio.get_running_loop()
@@ -323,13 +336,13 @@ class _NeverRaised(Exception):
 def _control_config_error() -> type[Exception]:
     """ControlConfigError, if the control API was loaded (only it raises that), without loading it: an
     `except` clause evaluates this only when an exception is on its way."""
-    control = sys.modules.get("chaosproxy.control")
+    control = sys.modules.get("chaosproxy.control.api")
     return control.ControlConfigError if control is not None else _NeverRaised
 
 
 def _control_token(args: argparse.Namespace) -> str | None:
     """--control-token, else the first line of --control-token-file (else serve_control reads the environment)."""
-    from chaosproxy.control import ControlConfigError
+    from chaosproxy.control.api import ControlConfigError
 
     if args.control_token or args.control_token_file is None:
         return args.control_token
@@ -358,7 +371,7 @@ def _routes(in_scenario: dict[str, str], flags: list[tuple[str, str]], upstream:
 
 def _stdio(args: argparse.Namespace) -> int:
     from chaosproxy.adapters.stdio import SpawnError, StdioRelay, claim_stdio, spawn
-    from chaosproxy.runtime import open_engine, run_async
+    from chaosproxy.control.runtime import open_engine, run_async
 
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
     if not command:
@@ -434,7 +447,7 @@ def _validate(files: list[str], scenario_dirs: list[Path]) -> int:
 
 
 def _is_suite(path: Path) -> bool:
-    from chaosproxy.named_files import read_capped
+    from chaosproxy.engine.named_files import read_capped
 
     try:
         text = read_capped(path)

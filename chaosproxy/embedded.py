@@ -19,10 +19,10 @@ import yaml
 
 from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.client import ControlClient
-from chaosproxy.control import start_control
-from chaosproxy.engine import Engine
-from chaosproxy.runtime import open_engine
-from chaosproxy.scenario import Scenario, parse_scenario
+from chaosproxy.control.api import start_control
+from chaosproxy.control.runtime import open_engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import Scenario, parse_scenario
 
 HOST = "127.0.0.1"
 

@@ -16,9 +16,9 @@ import yaml
 
 from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.demo import tool_server
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.framing_support import Script, ScriptedUpstream
 from tests.mcp_support import STRICT_SERVER, serve
 from tests.support import RunningProxy, ServerLoop

@@ -12,8 +12,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
+from chaosproxy.engine.core import Engine
+from chaosproxy.telemetry.log import PerturbationLog
 
 
 class ServerLoop:

@@ -14,7 +14,6 @@ from chaosproxy.adapters.h1 import ClientLimits
 from tests.framing_support import RawClient, read_request
 
 
-
 def fast() -> ClientLimits:
     return ClientLimits(max_line=1024, max_head=4096, head_timeout=0.5, idle_timeout=0.5)
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from chaosproxy.control import CONSOLE_HEADER, ControlServer
+from chaosproxy.control.api import CONSOLE_HEADER, ControlServer
 from tests.browser import Tab, open_tab
 from tests.support import RunningProxy, ServerLoop
 

@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
+from chaosproxy.engine.session_state import SessionState
 from chaosproxy.faults import REGISTRY, Component, FaultContext, Level
 from chaosproxy.faults.inject_text import TEMPLATES
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import ScenarioError, parse_scenario
-from chaosproxy.session import SessionState
 from tests.mcp_support import client
 
 CONTENT_FAULTS = ("typos", "noise", "truncate_text", "oversize", "inject_text", "wrong_data")

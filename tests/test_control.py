@@ -21,9 +21,15 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaosproxy.client import ControlClient, ControlError
-from chaosproxy.control import ControlConfigError, ControlServer, is_loopback, scenario_json, serve_control
-from chaosproxy.reload import reload_scenario
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.control.api import (
+    ControlConfigError,
+    ControlServer,
+    is_loopback,
+    scenario_json,
+    serve_control,
+)
+from chaosproxy.control.reload import reload_scenario
+from chaosproxy.engine.scenario import parse_scenario
 from tests.support import RunningProxy, ServerLoop, free_port, rule, wait_listening
 
 TOKEN = "s3cret-token"

@@ -19,9 +19,9 @@ import yaml
 from chaosproxy.drill.config import DrillConfig, load_config
 from chaosproxy.drill.plan import plan_runs
 from chaosproxy.drill.suite import load_suite
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from chaosproxy.report.build import build_report
 from chaosproxy.report.logfile import read_events
-from chaosproxy.scenario import ScenarioError, parse_scenario
 from tests.mcp_support import serve
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]

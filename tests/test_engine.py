@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from chaosproxy.engine import Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.faults.base import Fault
-from chaosproxy.log import PerturbationLog
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 
 
 def engine_for(rules: list[dict[str, Any]], seed: int = 1) -> tuple[Engine, io.BytesIO]:

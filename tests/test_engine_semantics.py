@@ -31,12 +31,12 @@ from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaosproxy.adapters.http import HttpProxy
-from chaosproxy.control import ControlServer
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
+from chaosproxy.control.api import ControlServer
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.engine.sessions import AGENT_HEADER
 from chaosproxy.report.logfile import read_sessions
-from chaosproxy.scenario import parse_scenario
-from chaosproxy.sessions import AGENT_HEADER
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm  # noqa: F401
 from tests.support import ServerLoop, call_lines, free_port, log_events, wait_listening
 

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from chaosproxy.engine import Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.faults import REGISTRY, Component
-from chaosproxy.log import PerturbationLog
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.mcp_support import client
 
 # Every observation and reward fault, with the parameters it needs. A fault added to the registry

@@ -16,9 +16,9 @@ from aiohttp import web
 
 from chaosproxy.adapters.mitm import CA_CERT, HostPatterns, MitmProxy
 from chaosproxy.demo import llm_server
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.llm_support import CHAT_TOOLS, PROMPT, rules
 from tests.support import ServerLoop, call_lines, log_events
 from tests.test_mitm import confdir, tls_files  # noqa: F401

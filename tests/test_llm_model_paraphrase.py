@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 
 from chaosproxy.demo.serving import serve
+from chaosproxy.engine.named_files import ScenarioFiles
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from chaosproxy.faults import _model_paraphrase
-from chaosproxy.named_files import ScenarioFiles
-from chaosproxy.scenario import ScenarioError, parse_scenario
 from tests.llm_support import PROMPT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.support import ServerLoop, free_port
 from tests.test_llm_openai_chat import client, first_turn

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from chaosproxy.drill.suite import draw, load_suite
+from chaosproxy.engine.scenario import load_scenario
 from chaosproxy.faults import REGISTRY
-from chaosproxy.scenario import load_scenario
 from tests.llm_support import CHAT_TOOLS, ScriptedLlm, llm  # noqa: F401
 
 ROOT = Path(__file__).parent.parent

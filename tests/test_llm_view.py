@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaosproxy.llm import api_for_path, relay
-from chaosproxy.scenario import ScenarioError, parse_scenario
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
+from chaosproxy.protocols.llm import api_for_path, relay
 
 
 @pytest.mark.parametrize("path,api", [
@@ -41,10 +41,10 @@ def test_memory_is_bounded() -> None:
 def test_a_relay_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from chaosproxy.engine import Engine
-    from chaosproxy.llm import openai_chat
-    from chaosproxy.log import PerturbationLog
-    from chaosproxy.message import Message, Phase
+    from chaosproxy.engine.core import Engine
+    from chaosproxy.engine.message import Message, Phase
+    from chaosproxy.protocols.llm import openai_chat
+    from chaosproxy.telemetry.log import PerturbationLog
 
     stream = io.BytesIO()
     engine = Engine(parse_scenario("rules:\n  - name: r\n    fault: {type: prompt_typos}\n"), seed=1,

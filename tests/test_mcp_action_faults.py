@@ -12,11 +12,11 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from chaosproxy.engine import Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from chaosproxy.faults.unknown_tool import misspell
-from chaosproxy.log import PerturbationLog
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import ScenarioError, parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.mcp_support import client, serve
 from tests.support import rule
 

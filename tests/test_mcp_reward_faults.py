@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from chaosproxy.engine import Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from chaosproxy.faults.misleading_description import NEUTRAL_NAMES
-from chaosproxy.log import PerturbationLog
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import ScenarioError, parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.mcp_support import client
 from tests.peers import peers
 

@@ -25,10 +25,10 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from chaosproxy.adapters.stdio import StdioRelay, spawn
-from chaosproxy.engine import Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import Scenario
 from chaosproxy.faults import REGISTRY
-from chaosproxy.log import PerturbationLog
-from chaosproxy.scenario import Scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.mcp_support import dump
 from tests.stdio_support import MCP_SERVER, PROXY, WAIT, proxied, rpc, scenario_file
 from tests.support import log_events

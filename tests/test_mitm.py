@@ -36,9 +36,9 @@ from cryptography.x509.oid import NameOID
 from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT
 from chaosproxy.adapters.mitm import CA_CERT, HostPatterns, MitmProxy, ca_directory
 from chaosproxy.demo import tool_server
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.support import ServerLoop, free_port, log_events, rule, wait_listening
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)

@@ -137,7 +137,7 @@ async def test_stdio_calls_carry_spans_with_their_faults(tmp_path: Path, receive
 def test_no_endpoint_means_no_opentelemetry_import():
     """With no OTEL endpoint a run never imports OpenTelemetry: the proxy pays nothing for it."""
     code = ("import sys\n"
-            "from chaosproxy.runtime import open_engine\n"
+            "from chaosproxy.control.runtime import open_engine\n"
             "from chaosproxy.adapters import http, stdio\n"
             "with open_engine(None, seed=1, log_path='/dev/null') as engine:\n"
             "    assert not engine.tracing.on\n"
@@ -186,7 +186,7 @@ def test_each_drill_run_is_a_trace_its_agent_and_proxy_join(tmp_path: Path, rece
         assert root.attributes["chaosproxy.seed"] == result["seed"]
         seen = json.loads((out / result["run"] / "agent.stdout").read_text().splitlines()[0])
         assert seen["TRACEPARENT"].startswith(f"00-{root.trace_id}-{root.span_id}-")
-        assert seen["BAGGAGE"] == (f"chaosproxy.run={result['run']},chaosproxy.scenario={result['label']},"
+        assert seen["BAGGAGE"] == (f"chaosproxy.run={result['run']},chaosproxy.engine.scenario={result['label']},"
                                    f"chaosproxy.seed={result['seed']}")
         [call] = [s for s in spans if s.name == "tools/call add" and s.trace_id == root.trace_id]
         assert call.parent_id == root.span_id and call.service == "chaosproxy"
@@ -233,7 +233,7 @@ def configured(code: str, **environ: str) -> str:
 
 
 def test_the_standard_variables_are_honoured():
-    code = ("from chaosproxy.otel import from_environment\n"
+    code = ("from chaosproxy.telemetry.tracing import from_environment\n"
             "t = from_environment(False, run_id='r', seed=3)\n"
             "a = t.settings.resource\n"
             "print(a['service.name'], a.get('deployment.environment'), a['chaosproxy.seed'], t.sampler.description)\n")
@@ -241,7 +241,7 @@ def test_the_standard_variables_are_honoured():
                      OTEL_RESOURCE_ATTRIBUTES="deployment.environment=staging", OTEL_TRACES_SAMPLER="traceidratio",
                      OTEL_TRACES_SAMPLER_ARG="0.5")
     assert out.splitlines()[0] == "agent-tools staging 3 traceidratio(0.5)"
-    off = "from chaosproxy.otel import from_environment\nprint(from_environment(False, run_id='r', seed=3).on)\n"
+    off = "from chaosproxy.telemetry.tracing import from_environment\nprint(from_environment(False, run_id='r', seed=3).on)\n"
     assert configured(off, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SDK_DISABLED="true") == "False"
     assert configured(off, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces").startswith("True")
     assert configured(off) == "False"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chaosproxy.otel import OtlpTracing
+from chaosproxy.telemetry.tracing import OtlpTracing
 from tests.framing_support import RawClient
 from tests.otlp import Receiver
 from tests.test_otel import receiver  # noqa: F401
@@ -204,8 +204,8 @@ def test_attributes_keep_their_types_through_the_encoders_cache():
     int and a double in OTLP; a string and a structure are strings. Decoded with opentelemetry-proto."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from chaosproxy.otel import SpanData
-    from chaosproxy.otlp import Encoder
+    from chaosproxy.telemetry.otlp import Encoder
+    from chaosproxy.telemetry.tracing import SpanData
 
     encoder = Encoder({"service.name": "types"}, "1")
     spans = []

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import pytest
 
 from chaosproxy.adapters.http import traced
-from chaosproxy.otel import OtlpTracing, valid_tracestate
+from chaosproxy.telemetry.tracing import OtlpTracing, valid_tracestate
 from tests.framing_support import RawClient, read_request
 from tests.otlp import Receiver
 from tests.test_otel import AGENT_SPAN, AGENT_TRACE, receiver  # noqa: F401

@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from chaosproxy.otel import OtlpTracing
+from chaosproxy.telemetry.tracing import OtlpTracing
 from tests.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.mcp_support import serve
 from tests.otlp import Receiver

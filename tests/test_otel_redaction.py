@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from chaosproxy.otel import OtlpTracing
-from chaosproxy.redact import redacted_url
+from chaosproxy.telemetry.redact import redacted_url
+from chaosproxy.telemetry.tracing import OtlpTracing
 from tests.otlp import Receiver
 from tests.support import free_port, wait_listening
 from tests.test_otel import receiver  # noqa: F401

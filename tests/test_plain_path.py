@@ -13,8 +13,8 @@ import orjson
 import yaml
 
 from chaosproxy.adapters.http import HttpProxy
-from chaosproxy.otel import OtlpTracing
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.tracing import OtlpTracing
 from tests.framing_support import RawClient, read_request
 from tests.otlp import Receiver
 from tests.support import call_lines

@@ -112,7 +112,7 @@ def test_yaml_blocks_validate(block: Block, tmp_path: Path) -> None:
         from chaosproxy.drill.suite import load_suite
         load_suite(path)
     else:
-        from chaosproxy.scenario import load_scenario
+        from chaosproxy.engine.scenario import load_scenario
         load_scenario(path)
 
 

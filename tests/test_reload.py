@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog, ops
-from chaosproxy.reload import reload_scenario, reloading
-from chaosproxy.scenario import Scenario
+from chaosproxy.control.reload import reload_scenario, reloading
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import Scenario
+from chaosproxy.telemetry.log import PerturbationLog, ops
 
 ONE = "rules: [{name: one, fault: {type: http_error}}]\n"
 TWO = "rules: [{name: two, fault: {type: http_error}}]\n"

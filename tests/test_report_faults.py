@@ -25,10 +25,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from chaosproxy.adapters.mitm import HostPatterns, MitmProxy, ca_directory
-from chaosproxy.engine import Engine
-from chaosproxy.log import PerturbationLog
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.report.logfile import read_events, read_sessions
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.telemetry.log import PerturbationLog
 from tests.mcp_support import SERVER, client
 
 SCENARIO: dict[str, Any] = {"rules": [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from chaosproxy.scenario import ScenarioError, parse_scenario
+from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from tests.mcp_support import client
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from chaosproxy.engine.scenario import ScenarioError, load_scenario, parse_scenario
 from chaosproxy.faults import REGISTRY
-from chaosproxy.scenario import ScenarioError, load_scenario, parse_scenario
 
 CONTRACT = """\
 seed: 42

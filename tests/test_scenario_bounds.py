@@ -18,9 +18,9 @@ from typing import get_args
 import pytest
 from pydantic import ValidationError
 
-from chaosproxy.faults import REGISTRY, MAX_WAIT_MS
+from chaosproxy.engine.scenario import MAX_SEED, ScenarioError, parse_scenario
+from chaosproxy.faults import MAX_WAIT_MS, REGISTRY
 from chaosproxy.faults.latency import Latency
-from chaosproxy.scenario import MAX_SEED, ScenarioError, parse_scenario
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
 TOO_BIG = [2**63, 2**64, 2**70]

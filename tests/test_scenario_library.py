@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from chaosproxy.drill.suite import Choice, Range, load_suite
-from chaosproxy.scenario import load_scenario
+from chaosproxy.engine.scenario import load_scenario
 from tests.mcp_support import client, dump, serve
 from tests.peers import peers
 

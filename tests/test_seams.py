@@ -13,13 +13,14 @@ import pytest
 from tests.framing_support import RawClient, read_request
 from tests.support import call_lines, rule
 
+
 @pytest.fixture
 def ops_lines():
     """What the proxy's operational log says during the test (with tracebacks), whatever its handlers."""
     import logging
     import traceback
 
-    from chaosproxy.log import ops
+    from chaosproxy.telemetry.log import ops
 
     lines: list[str] = []
 

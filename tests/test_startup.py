@@ -20,7 +20,7 @@ from chaosproxy.faults.base import register
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_ON_THE_WAY_TO_LISTENING = ("aiohttp", "prometheus_client", "ray", "mitmproxy", "opentelemetry",
-                               "chaosproxy.control", "chaosproxy.drill.runner", "chaosproxy.report.compare")
+                               "chaosproxy.control.api", "chaosproxy.drill.runner", "chaosproxy.report.compare")
 
 
 # `chaosproxy ARGV...` as a user runs it, noting which modules it has when it says it listens (importlib's

@@ -13,8 +13,15 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.stdio_support import (TEST_SERVER, WAIT, peak_rss_mib, proxied, relay_pid, scenario_file,
-                                 stalling_host)
+from tests.stdio_support import (
+    TEST_SERVER,
+    WAIT,
+    peak_rss_mib,
+    proxied,
+    relay_pid,
+    scenario_file,
+    stalling_host,
+)
 from tests.support import log_events
 
 HOLD_S = 3.0

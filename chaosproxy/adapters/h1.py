@@ -22,9 +22,9 @@ from typing import Protocol, cast
 
 import httptools
 
-from chaosproxy import streams
 from chaosproxy.adapters.errors import UpstreamError
-from chaosproxy.log import ops
+from chaosproxy.protocols import streams
+from chaosproxy.telemetry.log import ops
 
 HIGH_WATER = 256 << 10  # a side whose buffer is over this pauses its producer
 LOW_WATER = 64 << 10

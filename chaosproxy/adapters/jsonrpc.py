@@ -14,14 +14,13 @@ from collections.abc import AsyncIterator, Mapping, MutableMapping
 from typing import Any, Protocol
 
 import orjson
-from multidict import CIMultiDict
 from yarl import URL
 
-from chaosproxy import streams
-from chaosproxy.actions import Garble, Notify, Reply, Respond
-from chaosproxy.engine import Engine
-from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase
+from chaosproxy.engine.actions import Garble, Notify, Reply, Respond
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.protocols import streams
+from chaosproxy.telemetry.log import ops
 
 MAX_PENDING = 10_000  # requests awaiting a reply that are remembered, oldest forgotten first
 MAX_EVENT = 16 << 20  # the largest SSE event that is inspected; larger ones pass as they are

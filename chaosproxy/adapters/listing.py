@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from chaosproxy import streams
-from chaosproxy.log import ops
+from chaosproxy.protocols import streams
+from chaosproxy.telemetry.log import ops
 
 LISTING_TIMEOUT_S = 5.0  # a listing held up longer is given up on (the agent's call waits on it)
 MAX_PAGES = 32

@@ -36,17 +36,17 @@ from mitmproxy.options import Options
 from mitmproxy.proxy.server import ConnectionIO
 from yarl import URL
 
-from chaosproxy import streams
-from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.http.calls import Exchange, log_call
 from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, is_text
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
-from chaosproxy.engine import Engine, Fired
-from chaosproxy.llm.relay import LlmExchange, LlmRelay
-from chaosproxy.llm.stream import Editor
-from chaosproxy.log import ops
-from chaosproxy.message import Message, Phase, mirrored_headers
-from chaosproxy.sessions import AGENT_HEADER, agent_name
+from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.message import Message, Phase, mirrored_headers
+from chaosproxy.engine.sessions import AGENT_HEADER, agent_name
+from chaosproxy.protocols import streams
+from chaosproxy.protocols.llm.relay import LlmExchange, LlmRelay
+from chaosproxy.protocols.llm.stream import Editor
+from chaosproxy.telemetry.log import ops
 
 TRANSPORT = "mitm"
 DEFAULT_CONFDIR = Path("~/.mitmproxy")
@@ -160,7 +160,7 @@ class _Flow(Exchange):
     def __init__(self, msg: Message) -> None:
         super().__init__()
         self.msg = msg
-        self.llm: LlmExchange | None = None  # a model-API request (chaosproxy.llm)
+        self.llm: LlmExchange | None = None  # a model-API request (chaosproxy.protocols.llm)
         self.decided = False  # decided at requestheaders when the body streams, else at request
         self.read_whole = False  # a buffered body whose JSON-RPC messages are decided at the response hook
         self.hold = False  # a stream cut with then: idle stays open until the agent gives up

@@ -24,12 +24,23 @@ from typing import IO, Any
 
 import orjson
 
-from chaosproxy.actions import Action, Delay, Drip, Garble, Hang, Notify, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.jsonrpc import MAX_PENDING, rpc_key
-from chaosproxy.engine import Engine
-from chaosproxy.log import ops
-from chaosproxy.mcp import error_reply
-from chaosproxy.message import Message, Phase
+from chaosproxy.engine.actions import (
+    Action,
+    Delay,
+    Drip,
+    Garble,
+    Hang,
+    Notify,
+    Reply,
+    Reset,
+    Respond,
+    Truncate,
+)
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.protocols.mcp import error_reply
+from chaosproxy.telemetry.log import ops
 
 TRANSPORT = "stdio"
 SESSION = "stdio"  # one agent per relay process; a constant keeps seeded decisions reproducible

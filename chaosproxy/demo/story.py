@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 
 from chaosproxy.adapters.http import HttpProxy
+from chaosproxy.control.runtime import open_engine, run_async
 from chaosproxy.demo import agents, llm_server, mcp_lite, tool_server
-from chaosproxy.runtime import open_engine, run_async
-from chaosproxy.scenario import parse_scenario
+from chaosproxy.engine.scenario import parse_scenario
 
 ACTS = ("REST tool API", "MCP server", "model API")
 

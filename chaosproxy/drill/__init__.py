@@ -1,1 +1,3 @@
-"""Chaos drills: an agent run against the proxy over scenarios x repetitions, clean baselines included."""
+"""Chaos drills: an agent run against the proxy over scenarios x repetitions, clean baselines included.
+May import: the engine, faults, adapters, control, telemetry and report (a drill ends in a report); the
+command line only from `fork_server`, the process that runs each proxy's command line."""

@@ -137,7 +137,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from chaosproxy.drill.drill import plan
     from chaosproxy.drill.plan import Shard
-    from chaosproxy.scenario import ScenarioError
+    from chaosproxy.engine.scenario import ScenarioError
 
     try:
         config = _config(args)
@@ -170,9 +170,9 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _drill(args: argparse.Namespace) -> int:
     from chaosproxy.drill.drill import run_drill
+    from chaosproxy.engine.scenario import ScenarioError
     from chaosproxy.report.command import gate
     from chaosproxy.report.profile import build_profile
-    from chaosproxy.scenario import ScenarioError
 
     try:
         folder, results = run_drill(_config(args), args.shard)

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
-from chaosproxy.scenario import MAX_SEED, ScenarioError
+from chaosproxy.engine.scenario import MAX_SEED, ScenarioError
 
 
 class DrillConfig(BaseModel):

@@ -17,8 +17,8 @@ from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
-from chaosproxy.engine import draw_seed
-from chaosproxy.otel import exporting
+from chaosproxy.engine.core import draw_seed
+from chaosproxy.telemetry.tracing import exporting
 
 
 def plan(config: DrillConfig, shard: Shard | None = None) -> tuple[int, list[RunSpec], list[RunSpec]]:

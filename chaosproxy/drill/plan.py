@@ -14,7 +14,7 @@ import yaml
 
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.suite import load_suite
-from chaosproxy.scenario import load_scenario
+from chaosproxy.engine.scenario import load_scenario
 
 CLEAN = "clean"
 CLEAN_SCENARIO = "# The clean baseline: no rules, the proxy passes everything through untouched.\nrules: []\n"

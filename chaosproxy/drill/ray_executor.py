@@ -35,7 +35,7 @@ from chaosproxy.drill.folder import DRILL_FILE
 from chaosproxy.drill.launcher import Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.drill.runner import Progress, Run, RunResult, append_result
-from chaosproxy.otel import exporting, propagated
+from chaosproxy.telemetry.tracing import exporting, propagated
 
 RETRIES = 3  # times a run lost with its node or worker is carried out again
 

@@ -27,8 +27,8 @@ from yarl import URL
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
-from chaosproxy.otel import NO_TRACING, Tracing
 from chaosproxy.report.logfile import read_events
+from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 
 PROXY_START_S = 20.0  # how long a proxy may take to start listening
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
@@ -56,7 +56,7 @@ class RunResult:
     faults: dict[str, int] = field(default_factory=dict)
     components: dict[str, int] = field(default_factory=dict)
     error: str | None = None
-    trace_id: str | None = None  # the run's trace, when spans are exported (chaosproxy.otel)
+    trace_id: str | None = None  # the run's trace, when spans are exported (chaosproxy.telemetry.tracing)
 
     @property
     def success(self) -> bool | None:
@@ -151,7 +151,7 @@ class Run:
         (self.folder / "scenario.yaml").write_text(spec.scenario_text, encoding="utf-8")
         self._write_run_file(None)
         started = time.monotonic()
-        baggage = {"chaosproxy.run": spec.name, "chaosproxy.scenario": spec.label, "chaosproxy.seed": spec.seed}
+        baggage = {"chaosproxy.run": spec.name, "chaosproxy.engine.scenario": spec.label, "chaosproxy.seed": spec.seed}
         span = self.tracing.run_span(f"chaosproxy.drill {spec.name}", {**baggage, "chaosproxy.run.kind": spec.kind})
         self.trace_env, result.trace_id = span.environment(baggage), span.trace_id
         try:

@@ -27,10 +27,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from chaosproxy.named_files import ScenarioFiles
-from chaosproxy.scenario import Rule, Scenario, ScenarioError, compose, read_text
-from chaosproxy.yaml_limits import BoundedLoader
-from chaosproxy.scenario import locate  # the scenario's own FILE:LINE logic, tags skipped
+from chaosproxy.engine.named_files import ScenarioFiles
+from chaosproxy.engine.scenario import (
+    Rule,
+    Scenario,
+    ScenarioError,
+    compose,
+    locate,  # the scenario's own FILE:LINE logic, tags skipped
+    read_text,
+)
+from chaosproxy.engine.yaml_limits import BoundedLoader
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,6 @@
-"""The fault registry. Each fault type is one class in the module of the same name (`faults/<type>.py`).
+"""The fault registry. Each fault type is one class in the module of the same name (`faults/<type>.py`);
+modules starting with `_` are what faults share. May import: the engine's model (message, actions,
+session state), protocols and telemetry; never adapters, control, drill, report or cli.
 
 A proxy imports only the faults its scenario names, when validation meets them: importing and building
 every fault's pydantic model was most of a proxy's start-up, which a drill pays on every run.

@@ -1,7 +1,7 @@
 """What the observation faults share: which parts of a tool result they perturb, and how they get there.
 
 Not a fault itself: it registers nothing. A fault says how to perturb one payload (plain text or a
-parsed JSON value, see chaosproxy.content); this base finds the payloads in an MCP tool result
+parsed JSON value, see chaosproxy.faults._text_edits); this base finds the payloads in an MCP tool result
 (text items of `content`, `structuredContent`) or in a plain HTTP body, and puts the results back.
 """
 
@@ -14,17 +14,17 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
-from chaosproxy import content
-from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._effects import garbled_body, with_result
 from chaosproxy.faults._schema import Guard, guard
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS
-from chaosproxy.mcp import call_result
-from chaosproxy.message import Message, Phase
+from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level
+from chaosproxy.protocols.mcp import call_result
 
 
 def _valid_path(path: str) -> str:
-    content.compile_path(path)
+    _text_edits.compile_path(path)
     return path
 
 
@@ -131,18 +131,18 @@ class ContentFault(Fault):
 
     def perturb_text(self, text: str, rng: random.Random) -> str:
         """A text item or body perturbed: as JSON when it holds JSON, else as text."""
-        parsed = None if self._as_text(text) else content.as_json(text)
+        parsed = None if self._as_text(text) else _text_edits.as_json(text)
         if parsed is None:
             return self.perturb(text, rng, Guard())
         new = self.perturb(parsed, rng, guard(parsed, None, respect=self.respect_schema))
-        return text if _same(new, parsed) else content.render_like(new, text)
+        return text if _same(new, parsed) else _text_edits.render_like(new, text)
 
     def _mirrored(self, text: str, structured: Any, new_structured: Any) -> str | None:
         """The new text of an item that restates structuredContent (it follows it), else None."""
         if text == _wrapped(structured):
             return new_structured["result"]
-        if (self.respect_schema or not self._as_text(text)) and content.as_json(text) == structured:
-            return text if _same(new_structured, structured) else content.render_like(new_structured, text)
+        if (self.respect_schema or not self._as_text(text)) and _text_edits.as_json(text) == structured:
+            return text if _same(new_structured, structured) else _text_edits.render_like(new_structured, text)
         return None
 
     def _as_text(self, text: str) -> bool:

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from chaosproxy.actions import Garble, Rewrite
-from chaosproxy.message import Message
+from chaosproxy.engine.actions import Garble, Rewrite
+from chaosproxy.engine.message import Message
 
 MAX_ENTRIES = 8  # places an effect lists; the rest are counted
 MAX_NAME = 64  # characters of a name or a place an effect shows

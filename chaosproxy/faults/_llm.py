@@ -1,7 +1,7 @@
 """What the model-API faults share: their base, and the prompt as the LLM relay shows it to them.
 
 Not a fault itself: it registers nothing. These faults act on the synthetic messages the LLM relay
-(chaosproxy.llm) builds from a model-API exchange: `llm/prompt` (the newest user turn), `tools/call`
+(chaosproxy.protocols.llm) builds from a model-API exchange: `llm/prompt` (the newest user turn), `tools/call`
 requests (the tool calls the model made), `llm/completion` (the model's reply as a whole).
 """
 
@@ -12,12 +12,12 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.engine.actions import Rewrite, Skip
+from chaosproxy.engine.message import Message, Phase
 from chaosproxy.faults._effects import call_effect, text_change
 from chaosproxy.faults._rewording import PROTECTED
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level
-from chaosproxy.llm.view import PROMPT
-from chaosproxy.message import Message, Phase
+from chaosproxy.protocols.llm.view import PROMPT
 
 _PROTECTED = re.compile("|".join(PROTECTED))
 

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from chaosproxy.faults._rewording import PROTECTED
-from chaosproxy.log import ops
+from chaosproxy.telemetry.log import ops
 
 ENDPOINT_ENV = "CHAOSPROXY_PARAPHRASE_ENDPOINT"
 API_KEY_ENV = "CHAOSPROXY_PARAPHRASE_API_KEY"

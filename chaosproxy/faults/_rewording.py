@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from chaosproxy.yaml_limits import BoundedLoader, YamlProblems, compose
+from chaosproxy.engine.yaml_limits import BoundedLoader, YamlProblems, compose
 
 PROTECTED = [
     r"`[^`]*`", r'"[^"]*"', r"<[^>]*>", r"https?://\S+",

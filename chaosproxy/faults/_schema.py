@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.content import Location, replaced_at, value_at
+from chaosproxy.faults._text_edits import Location, replaced_at, value_at
 from chaosproxy.faults.base import FaultContext
 
 # Strings an agent reads as identifiers, whatever the schema says.

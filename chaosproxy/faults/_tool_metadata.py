@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import Field
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import name_of, picked, stable_rng
-from chaosproxy.faults.base import Fault, FaultContext, LISTINGS, Level
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import LISTINGS, Fault, FaultContext, Level
+from chaosproxy.protocols import mcp
 
 
 class ToolListFault(Fault):

@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.engine.session_state import ToolRoute
 from chaosproxy.faults._schema import sample
 from chaosproxy.faults.base import FaultContext
-from chaosproxy.mcp import tool_error_result
-from chaosproxy.session import ToolRoute
+from chaosproxy.protocols.mcp import tool_error_result
 
 GLOB_CHARS = frozenset("*?[")
 

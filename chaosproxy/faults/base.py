@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from chaosproxy.actions import Action, Skip
-from chaosproxy.message import Message, Phase
-from chaosproxy.session import SessionState
+from chaosproxy.engine.actions import Action, Skip
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.session_state import SessionState
 
 
 class Component(StrEnum):

@@ -4,8 +4,8 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import (
     answer,
@@ -16,8 +16,8 @@ from chaosproxy.faults._tool_routes import (
     picked,
     stub_result,
 )
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import LISTINGS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols import mcp
 
 
 @register

@@ -5,13 +5,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, picked, stable_rng, stub_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
+from chaosproxy.faults.base import LISTINGS, Component, Fault, FaultContext, Level, register
 from chaosproxy.faults.tool_flood import made_up_tool
-from chaosproxy.message import Phase
+from chaosproxy.protocols import mcp
 
 Variant = Literal["identical", "no_description", "wrong_description", "wrong_parameters", "swapped"]
 

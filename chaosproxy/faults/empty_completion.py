@@ -4,12 +4,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
-from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
-from chaosproxy.llm.actions import EmptyCompletion as Empty
-from chaosproxy.llm.view import COMPLETION
-from chaosproxy.message import Phase
+from chaosproxy.protocols.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+from chaosproxy.protocols.llm.actions import EmptyCompletion as Empty
+from chaosproxy.protocols.llm.view import COMPLETION
 
 # api -> mode -> how the reply then ends: its finish or stop reason (a Responses reply: its status)
 STOP = {OPENAI_CHAT: {"empty": "stop", "length": "length"}, ANTHROPIC: {"empty": "end_turn", "length": "max_tokens"},

@@ -4,12 +4,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite, Skip
+from chaosproxy.engine.actions import Rewrite, Skip
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_result
 from chaosproxy.faults._schema import passed_off_as_success
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
-from chaosproxy.mcp import call_result
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols.mcp import call_result
 
 # How servers word a failure they report as a success: an upstream auth error flattened into text
 # (MediaWiki-MCP-Server, opensearch-mcp-server-py #265, tavily-mcp #211).

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Hang as HangAction
+from chaosproxy.engine.actions import Hang as HangAction
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 
 

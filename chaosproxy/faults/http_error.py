@@ -6,7 +6,7 @@ from typing import Literal
 import orjson
 from pydantic import Field
 
-from chaosproxy.actions import Respond
+from chaosproxy.engine.actions import Respond
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 
 

@@ -5,7 +5,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import content
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._content import ContentFault
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
@@ -34,7 +34,7 @@ class InjectText(ContentFault):
     """Inject text into a result (a prompt injection, or noise) with a canary that shows obedience."""
 
     type: Literal["inject_text"] = "inject_text"
-    position: content.Position = Field("append", description=(
+    position: _text_edits.Position = Field("append", description=(
         "append to the last targeted string, prepend to the first, or insert into one at a sentence "
         "boundary"))
     template: Literal["prompt_injection", "noise"] = Field(
@@ -51,5 +51,5 @@ class InjectText(ContentFault):
 
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         wording = self.text if self.text is not None else rng.choice(TEMPLATES[self.template])
-        return content.inject(value, wording.replace("{canary}", self.canary), self.position, rng,
+        return _text_edits.inject(value, wording.replace("{canary}", self.canary), self.position, rng,
                               paths=self.paths, probability=self.probability, keep=guard.keep)

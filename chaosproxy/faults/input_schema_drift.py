@@ -5,13 +5,13 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
+from chaosproxy.engine.session_state import ToolRoute
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import picked
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
-from chaosproxy.message import Phase
-from chaosproxy.session import ToolRoute
+from chaosproxy.faults.base import LISTINGS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols import mcp
 
 RETYPED = {"string": "integer", "integer": "string", "number": "string", "boolean": "string",
            "array": "string", "object": "string"}

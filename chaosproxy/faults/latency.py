@@ -5,9 +5,9 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy.actions import Delay
+from chaosproxy.engine.actions import Delay
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
-from chaosproxy.message import Phase
 
 
 @register

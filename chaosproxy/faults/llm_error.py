@@ -4,10 +4,10 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy.actions import Respond
+from chaosproxy.engine.actions import Respond
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, Level, register
-from chaosproxy.llm import errors
+from chaosproxy.protocols.llm import errors
 
 
 @register

@@ -4,12 +4,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
-from chaosproxy.llm import errors
-from chaosproxy.llm.actions import StreamError
-from chaosproxy.llm.view import STREAM_EVENT
-from chaosproxy.message import Phase
+from chaosproxy.protocols.llm import errors
+from chaosproxy.protocols.llm.actions import StreamError
+from chaosproxy.protocols.llm.view import STREAM_EVENT
 
 
 @register

@@ -5,11 +5,11 @@ from typing import Literal
 
 import orjson
 
-from chaosproxy.actions import Garble, Rewrite
+from chaosproxy.engine.actions import Garble, Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_result
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.mcp import call_result
-from chaosproxy.message import Phase
+from chaosproxy.protocols.mcp import call_result
 
 
 @register

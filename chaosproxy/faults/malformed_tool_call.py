@@ -5,11 +5,11 @@ from typing import Any, Literal
 import orjson
 from pydantic import Field
 
-from chaosproxy.actions import Skip
+from chaosproxy.engine.actions import Skip
 from chaosproxy.faults._effects import bounded, json_changes, text_change
 from chaosproxy.faults._llm import ToolCallFault, is_stream
 from chaosproxy.faults.base import FaultContext, register
-from chaosproxy.llm import ANTHROPIC
+from chaosproxy.protocols.llm import ANTHROPIC
 
 
 @register

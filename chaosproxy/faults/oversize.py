@@ -6,8 +6,8 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import content
-from chaosproxy.actions import Skip
+from chaosproxy.engine.actions import Skip
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._content import ContentFault
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
@@ -22,7 +22,7 @@ class Oversize(ContentFault):
     """
 
     type: Literal["oversize"] = "oversize"
-    bytes: int | None = Field(None, ge=1, le=content.MAX_OVERSIZE,
+    bytes: int | None = Field(None, ge=1, le=_text_edits.MAX_OVERSIZE,
                               description="grow each targeted text or JSON value to at least this many bytes")
     factor: float | None = Field(None, gt=1, le=1000,
                                  description="grow each to at least this many times its size")
@@ -42,11 +42,11 @@ class Oversize(ContentFault):
         if changed is not None or structured is None or self.where == "structured":
             return changed
         items = result.get("content") if isinstance(result.get("content"), list) else []
-        return {**result, "content": [*items, {"type": "text", "text": content.filler(self._target(structured), rng)}]}
+        return {**result, "content": [*items, {"type": "text", "text": _text_edits.filler(self._target(structured), rng)}]}
 
     def _target(self, value: Any) -> int:
-        return self.bytes if self.bytes is not None else math.ceil(content.size(value) * (self.factor or 1))
+        return self.bytes if self.bytes is not None else math.ceil(_text_edits.size(value) * (self.factor or 1))
 
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
-        return content.oversize(value, self._target(value), rng, paths=self.paths, probability=self.probability,
+        return _text_edits.oversize(value, self._target(value), rng, paths=self.paths, probability=self.probability,
                                 keep=guard.keep, strings_only=guard.strict)

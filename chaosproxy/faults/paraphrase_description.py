@@ -6,10 +6,10 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from chaosproxy.engine.named_files import ScenarioFiles
 from chaosproxy.faults._rewording import PhraseTable, builtin, load_phrases
 from chaosproxy.faults._tool_metadata import ToolListFault, seeded
 from chaosproxy.faults.base import Component, FaultContext, register
-from chaosproxy.named_files import ScenarioFiles
 
 type Reword = Callable[[str, str], str]  # (where in the tool, text) -> new text
 

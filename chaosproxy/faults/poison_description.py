@@ -5,10 +5,10 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import mcp
 from chaosproxy.faults._tool_metadata import ToolListFault, appended, description
 from chaosproxy.faults._tool_routes import name_of
 from chaosproxy.faults.base import Component, FaultContext, register
+from chaosproxy.protocols import mcp
 
 # Modelled on the tool-poisoning and shadowing attacks of Invariant Labs and MCPTox: instructions the
 # user never sees, addressed to the model. Each asks for the canary to go into a tool call's arguments,

@@ -9,11 +9,11 @@ from typing import Literal, Self
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from chaosproxy.engine.named_files import ScenarioFiles
 from chaosproxy.faults._llm import PromptFault
 from chaosproxy.faults._model_paraphrase import cache_at
 from chaosproxy.faults._rewording import Rewording
 from chaosproxy.faults.base import register
-from chaosproxy.named_files import ScenarioFiles
 
 
 @cache

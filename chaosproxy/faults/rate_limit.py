@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Respond
+from chaosproxy.engine.actions import Respond
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.faults.http_error import error_body
 

@@ -5,12 +5,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy import mcp
-from chaosproxy.actions import Notify, Rewrite
+from chaosproxy.engine.actions import Notify, Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import name_of
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, RESULTS, register
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import LISTINGS, RESULTS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols import mcp
 
 
 @register

@@ -5,12 +5,12 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import forward, is_plain_name, name_of, picked
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import LISTINGS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols import mcp
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")  # snake, kebab, camel and Pascal words
 _VOWELS_AFTER_FIRST = re.compile(r"(?<=.)[aeiou]")

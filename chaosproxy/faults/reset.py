@@ -4,9 +4,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Reset as ResetAction
+from chaosproxy.engine.actions import Reset as ResetAction
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.message import Phase
 
 
 @register

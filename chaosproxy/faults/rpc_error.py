@@ -4,10 +4,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Reply, Rewrite
+from chaosproxy.engine.actions import Reply, Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.mcp import error_reply
-from chaosproxy.message import Phase
+from chaosproxy.protocols.mcp import error_reply
 
 
 @register

@@ -6,12 +6,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy import content
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._effects import with_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
-from chaosproxy.mcp import call_result
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols.mcp import call_result
 
 
 @register
@@ -51,7 +51,7 @@ class SchemaDrift(Fault):
             changed["structuredContent"] = self._apply(structured, drift)
         if texts:
             changed["content"] = [
-                {**item, "text": content.render_like(new, item["text"])}
+                {**item, "text": _text_edits.render_like(new, item["text"])}
                 if parsed is not None and (new := self._apply(parsed, drift)) != parsed else item
                 for item, parsed in zip(result.get("content", []), texts, strict=True)]
         return with_result(ctx.message, changed)
@@ -76,7 +76,7 @@ class SchemaDrift(Fault):
 def _as_json(item: Any) -> Any:
     """The JSON object or array a text item holds, else None."""
     text = item.get("text") if isinstance(item, dict) and item.get("type") == "text" else None
-    return content.as_json(text) if isinstance(text, str) else None
+    return _text_edits.as_json(text) if isinstance(text, str) else None
 
 
 def _all_keys(value: Any) -> set[str]:

@@ -4,7 +4,7 @@ from typing import Literal
 
 import orjson
 
-from chaosproxy.actions import Respond
+from chaosproxy.engine.actions import Respond
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 
 

@@ -4,9 +4,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Drip
+from chaosproxy.engine.actions import Drip
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
-from chaosproxy.message import Phase
 
 
 @register

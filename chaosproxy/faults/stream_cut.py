@@ -4,9 +4,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import CutStream
+from chaosproxy.engine.actions import CutStream
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.message import Phase
 
 
 @register

@@ -4,9 +4,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Reply
+from chaosproxy.engine.actions import Reply
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
-from chaosproxy.mcp import error_reply, result_reply, tool_error_result
+from chaosproxy.protocols.mcp import error_reply, result_reply, tool_error_result
 
 
 @register

@@ -6,12 +6,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy import mcp
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import with_tools
 from chaosproxy.faults._tool_routes import answer, crash_result, name_of, stable_rng, stub_result
-from chaosproxy.faults.base import Component, Fault, FaultContext, LISTINGS, Level, register
-from chaosproxy.message import Phase
+from chaosproxy.faults.base import LISTINGS, Component, Fault, FaultContext, Level, register
+from chaosproxy.protocols import mcp
 
 # Small word tables, so made-up tools read like the ones real servers list (and no two runs of a
 # seed differ). A verb decides the description and the arguments; a noun what the tool works on.

@@ -4,9 +4,9 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy.actions import Truncate as TruncateAction
+from chaosproxy.engine.actions import Truncate as TruncateAction
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
-from chaosproxy.message import Phase
 
 
 @register

@@ -5,7 +5,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
-from chaosproxy import content
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._content import ContentFault
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
@@ -34,5 +34,5 @@ class TruncateText(ContentFault):
 
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         def cut(text: str) -> str:
-            return content.truncate(text, chars=self.chars, fraction=self.fraction, marker=self.marker)
-        return content.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
+            return _text_edits.truncate(text, chars=self.chars, fraction=self.fraction, marker=self.marker)
+        return _text_edits.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability, keep=guard.keep)

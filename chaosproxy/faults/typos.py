@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy import content
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._content import ContentFault
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import register
@@ -17,8 +17,8 @@ class Typos(ContentFault):
 
     type: Literal["typos"] = "typos"
     rate: float = Field(0.05, ge=0, le=1, description="chance that each letter gets a typo")
-    layout: content.Layout = Field("qwerty", description="keyboard whose neighbouring keys are hit")
+    layout: _text_edits.Layout = Field("qwerty", description="keyboard whose neighbouring keys are hit")
 
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
-        return content.edit_strings(value, lambda text: content.typo(text, self.rate, self.layout, rng), rng,
+        return _text_edits.edit_strings(value, lambda text: _text_edits.typo(text, self.rate, self.layout, rng), rng,
                                     paths=self.paths, probability=self.probability, keep=guard.keep)

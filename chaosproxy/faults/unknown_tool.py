@@ -5,9 +5,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.actions import Rewrite
+from chaosproxy.engine.actions import Rewrite
 from chaosproxy.faults._effects import call_effect
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, RESULTS, register
+from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level, register
 
 # QWERTY rows; each row sits half a key right of the one above, so a key's neighbours are the keys
 # left and right of it, the two above (same column and the next) and the two below (previous and same).

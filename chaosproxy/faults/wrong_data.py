@@ -5,15 +5,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from chaosproxy import content
-from chaosproxy.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.actions import Garble, Rewrite, Skip
+from chaosproxy.engine.message import Message
+from chaosproxy.engine.session_state import SessionState
+from chaosproxy.faults import _text_edits
 from chaosproxy.faults._content import ContentFault, body_text, charset_of
 from chaosproxy.faults._effects import garbled_body, with_result
 from chaosproxy.faults._schema import Guard
 from chaosproxy.faults.base import FaultContext, register
-from chaosproxy.mcp import call_result
-from chaosproxy.message import Message
-from chaosproxy.session import SessionState
+from chaosproxy.protocols.mcp import call_result
 
 HISTORY = 8  # earlier results kept per tool and session, for stale replays
 
@@ -30,9 +30,9 @@ class WrongData(ContentFault):
 
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         if self.mode == "swap":
-            return content.swap(value, rng, count=self.count, paths=self.paths, probability=self.probability,
+            return _text_edits.swap(value, rng, count=self.count, paths=self.paths, probability=self.probability,
                                 keep=guard.keep)
-        return content.emptied(value, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
+        return _text_edits.emptied(value, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
 
     def observe(self, msg: Message, session: SessionState) -> None:
         """Remember every result of the tool (not only those the gates pass), for stale replays."""

@@ -54,7 +54,10 @@ def parse_points(text: str) -> float:
 
 def missed_thresholds(profile: Profile, thresholds: dict[str, float]) -> list[str]:
     """One line per threshold the drill's perturbed success rates do not reach."""
-    from chaosproxy.report.fmt import percent, rate_text  # here: every command, `run` too, imports this module
+    from chaosproxy.report.fmt import (  # here: every command, `run` too, imports this module
+        percent,
+        rate_text,
+    )
 
     rows = {OVERALL: profile.overall, **{row.name: row for row in [*profile.by_component, *profile.by_fault]}}
     missed = []

@@ -14,9 +14,9 @@ from chaosproxy.adapters.h1 import (
     method_name,
 )
 from chaosproxy.adapters.http.heads import session_and_path
-from chaosproxy.engine import Engine
-from chaosproxy.llm import api_for_path
-from chaosproxy.message import Message, parse_rpc, rpc_call
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.message import Message, parse_rpc, rpc_call
+from chaosproxy.protocols.llm import api_for_path
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.route import Route

@@ -12,9 +12,9 @@ from yarl import URL
 from chaosproxy.adapters.h1 import (
     Headers,
 )
-from chaosproxy.engine import AGENT_HEADER_KEY
-from chaosproxy.message import Message, mirrored_headers
-from chaosproxy.sessions import agent_name
+from chaosproxy.engine.core import AGENT_HEADER_KEY
+from chaosproxy.engine.message import Message, mirrored_headers
+from chaosproxy.engine.sessions import agent_name
 
 HOP_BY_HOP = frozenset(name.decode() for name in (
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"trailers",

@@ -7,8 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from chaosproxy import streams
-from chaosproxy.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from chaosproxy.adapters.h1 import (
     AS_IS_NEVER,
@@ -36,9 +34,11 @@ from chaosproxy.adapters.http.heads import (
 )
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
-from chaosproxy.engine import Fired
-from chaosproxy.llm.relay import LlmExchange
-from chaosproxy.message import Message, Phase
+from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.engine.core import Fired
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.protocols import streams
+from chaosproxy.protocols.llm.relay import LlmExchange
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy

@@ -28,7 +28,7 @@ from chaosproxy.adapters.h1 import (
 from chaosproxy.adapters.http.calls import Call
 from chaosproxy.adapters.http.heads import SMALL_BODY, as_sent, body_framing, first_line, header
 from chaosproxy.adapters.http.route import Route
-from chaosproxy.message import Message
+from chaosproxy.engine.message import Message
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy

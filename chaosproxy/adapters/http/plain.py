@@ -21,7 +21,7 @@ from chaosproxy.adapters.http.calls import plain_call_line
 from chaosproxy.adapters.http.heads import SMALL_BODY
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
-from chaosproxy.message import Message, rpc_call
+from chaosproxy.engine.message import Message, rpc_call
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy

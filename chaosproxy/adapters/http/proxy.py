@@ -11,7 +11,6 @@ from http import HTTPStatus
 
 import orjson
 
-from chaosproxy.actions import Respond
 from chaosproxy.adapters.h1 import (
     ClientConnection,
     ClientExchange,
@@ -38,10 +37,11 @@ from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.plain import PlainRelay
 from chaosproxy.adapters.http.route import Route
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
-from chaosproxy.engine import AGENT_HEADER_KEY, Engine
-from chaosproxy.log import Throttle, ops
-from chaosproxy.message import Message, Phase
-from chaosproxy.sessions import agent_name
+from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.core import AGENT_HEADER_KEY, Engine
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.sessions import agent_name
+from chaosproxy.telemetry.log import Throttle, ops
 
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 

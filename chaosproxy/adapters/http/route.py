@@ -14,9 +14,9 @@ from chaosproxy.adapters.h1 import (
 )
 from chaosproxy.adapters.http.heads import HOST_AND_LENGTH, UPGRADE, without
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
-from chaosproxy.engine import Engine
-from chaosproxy.llm.relay import LlmRelay
-from chaosproxy.redact import redacted_url
+from chaosproxy.engine.core import Engine
+from chaosproxy.protocols.llm.relay import LlmRelay
+from chaosproxy.telemetry.redact import redacted_url
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.calls import Call

@@ -1,13 +1,13 @@
 """Faults inside the agent's own traces: one OpenTelemetry span per proxied call, faults on it.
 
 Export is switched on by `--otel` or by the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); chaosproxy.otlp reads the other `OTEL_*` variables (service
+`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); chaosproxy.telemetry.otlp reads the other `OTEL_*` variables (service
 name, resource attributes, headers, batching) and exports; `Sampler` reads the sampler's. Switched
 off, the proxy holds `NO_TRACING` and its adapters pay one attribute check (`tracing.on`) per call.
 
 A span is recorded on the event loop with as little as it takes (one `random.getrandbits` for its
 ids; its name, kind and the attributes that repeat from call to call encoded once and cached) and
-queued when the call ends, for chaosproxy.otlp's thread to encode and send: no OpenTelemetry SDK,
+queued when the call ends, for chaosproxy.telemetry.otlp's thread to encode and send: no OpenTelemetry SDK,
 whose spans cost several times the 30 µs a call's span may cost (bench/otel_overhead.py). A call
 the sampler leaves out costs a random number and a comparison.
 
@@ -40,14 +40,25 @@ from urllib.parse import urlsplit
 import orjson
 
 from chaosproxy import __version__
-from chaosproxy.actions import Action, CutStream, Delay, Garble, Hang, Reply, Reset, Respond, Rewrite, Truncate
-from chaosproxy.llm import ANTHROPIC
-from chaosproxy.log import ops
-from chaosproxy.redact import redacted_url
+from chaosproxy.engine.actions import (
+    Action,
+    CutStream,
+    Delay,
+    Garble,
+    Hang,
+    Reply,
+    Reset,
+    Respond,
+    Rewrite,
+    Truncate,
+)
+from chaosproxy.protocols.llm import ANTHROPIC
+from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.redact import redacted_url
 
 if TYPE_CHECKING:
-    from chaosproxy.message import Message
-    from chaosproxy.otlp import Encoder
+    from chaosproxy.engine.message import Message
+    from chaosproxy.telemetry.otlp import Encoder
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests carry their version here
@@ -76,7 +87,7 @@ CONTEXT_HEADER_LENGTHS = frozenset(map(len, ("traceparent", "tracestate", "mcp-p
 
 
 class SpanData:
-    """A span other than a call's (a drill run's root, a fault's child), for chaosproxy.otlp to encode:
+    """A span other than a call's (a drill run's root, a fault's child), for chaosproxy.telemetry.otlp to encode:
     plain fields, ids as raw bytes (b"": no parent), times in ns since the epoch."""
 
     __slots__ = ("name", "kind", "trace_id", "span_id", "parent_id", "trace_state", "start_ns", "end_ns",
@@ -168,7 +179,7 @@ def export_requested(flag: bool = False, environ: Mapping[str, str] = os.environ
 
 
 def from_environment(flag: bool, *, run_id: str, seed: int) -> Tracing:
-    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.otlp not even imported)."""
+    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.telemetry.otlp not even imported)."""
     if not export_requested(flag):
         return NO_TRACING
     return OtlpTracing(run_id=run_id, seed=seed)
@@ -192,7 +203,7 @@ def propagated(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 
 class OtlpTracing(Tracing):
-    """Spans recorded as plain data on the loop and exported over OTLP/HTTP by chaosproxy.otlp's thread.
+    """Spans recorded as plain data on the loop and exported over OTLP/HTTP by chaosproxy.telemetry.otlp's thread.
 
     Tracing of its own, not the global OpenTelemetry provider: an agent that embeds the proxy keeps its tracing.
     """
@@ -200,7 +211,7 @@ class OtlpTracing(Tracing):
     on = True
 
     def __init__(self, *, run_id: str, seed: int, environ: Mapping[str, str] = os.environ) -> None:
-        from chaosproxy.otlp import Exporter, Settings, ids  # imported only when export is on
+        from chaosproxy.telemetry.otlp import Exporter, Settings, ids  # imported only when export is on
 
         # the run's id and seed on the resource: sent once per batch, not once per span
         self.settings = Settings.from_environment(environ, {"service.version": __version__, "chaosproxy.run_id": run_id,
@@ -626,7 +637,7 @@ def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:
     """The GenAI conventions' attributes for a model-API call (LLM-gateway mode); returns the span's name."""
     attributes["gen_ai.operation.name"] = "chat"
     attributes["gen_ai.provider.name"] = "anthropic" if msg.api == ANTHROPIC else "openai"
-    attributes["chaosproxy.llm.api"] = msg.api
+    attributes["chaosproxy.protocols.llm.api"] = msg.api
     attributes["http.request.method"] = msg.http_method
     if msg.model is not None:
         attributes["gen_ai.request.model"] = msg.model

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import signal
 import sys
 import uuid
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from chaosproxy import __version__
-from chaosproxy.engine import Engine, draw_seed
-from chaosproxy.log import CALL_FLUSH_S, PerturbationLog, open_log_file
-from chaosproxy.otel import NO_TRACING
-from chaosproxy.otel import from_environment as otel_tracing
-from chaosproxy.scenario import Scenario, check_seed, load_scenario
-from chaosproxy.sessions import MAX_SESSIONS, SESSION_TTL_S
+from chaosproxy.engine.core import Engine, draw_seed
+from chaosproxy.engine.scenario import Scenario, check_seed, load_scenario
+from chaosproxy.engine.sessions import MAX_SESSIONS, SESSION_TTL_S
+from chaosproxy.telemetry.log import CALL_FLUSH_S, PerturbationLog, open_log_file
+from chaosproxy.telemetry.tracing import NO_TRACING
+from chaosproxy.telemetry.tracing import from_environment as otel_tracing
 
 
 @contextlib.contextmanager
@@ -28,7 +28,7 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
                 max_sessions: int = MAX_SESSIONS) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
-    Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.otel).
+    Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.telemetry.tracing).
     Raises ScenarioError before anything is opened when the scenario is invalid, ValueError when the seed is.
     """
     if scenario is None:

@@ -16,14 +16,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from chaosproxy import streams
-from chaosproxy.log import ops
-from chaosproxy.llm.actions import EmptyCompletion
-from chaosproxy.llm.view import ToolCall
+from chaosproxy.protocols import streams
+from chaosproxy.protocols.llm.actions import EmptyCompletion
+from chaosproxy.protocols.llm.view import ToolCall
+from chaosproxy.telemetry.log import ops
 
 
 class Decisions(Protocol):
-    """What an editor asks the relay while a stream goes by (chaosproxy.llm.relay.LlmExchange)."""
+    """What an editor asks the relay while a stream goes by (chaosproxy.protocols.llm.relay.LlmExchange)."""
 
     def watches(self, tool: str | None) -> bool:
         """Whether a rule (or a tool route) may change a call to `tool` (None: a name not known yet)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from chaosproxy.session import SessionState
+from chaosproxy.engine.session_state import SessionState
 
 SESSION_TTL_S = 1800.0
 MAX_SESSIONS = 10_000

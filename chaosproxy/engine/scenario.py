@@ -11,11 +11,11 @@ from typing import Any, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from chaosproxy import yaml_limits
+from chaosproxy.engine import yaml_limits
+from chaosproxy.engine.message import Phase
+from chaosproxy.engine.named_files import ScenarioFiles, read_capped
+from chaosproxy.engine.yaml_limits import BoundedLoader, YamlProblems
 from chaosproxy.faults import FaultSpec, Level
-from chaosproxy.message import Phase
-from chaosproxy.named_files import ScenarioFiles, read_capped
-from chaosproxy.yaml_limits import BoundedLoader, YamlProblems
 
 
 class _Strict(BaseModel):
@@ -38,7 +38,7 @@ class Match(_Strict):
     @field_validator("api")
     @classmethod
     def _known_api(cls, api: str | None) -> str | None:
-        from chaosproxy.llm import APIS
+        from chaosproxy.protocols.llm import APIS
         if api is not None and not any(fnmatch.fnmatchcase(name, api) for name in APIS):
             raise ValueError(f"api {api!r} matches none of {', '.join(APIS)}")
         return api
@@ -228,7 +228,7 @@ def _on_model_request(rule: Rule, other: Rule) -> bool:
     match = rule.match
     if rule.fault.on_messages or rule.fault.phase is not Phase.REQUEST or match.method or match.tool:
         return False  # (JSON-RPC requests alone carry a method or a tool)
-    from chaosproxy.llm import APIS
+    from chaosproxy.protocols.llm import APIS
     return match.api is None or any(fnmatch.fnmatchcase(api, match.api) and (
         other.match.api is None or fnmatch.fnmatchcase(api, other.match.api)) for api in APIS)
 

@@ -12,10 +12,10 @@ import signal
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
-from chaosproxy.engine import Engine
-from chaosproxy.log import ops
-from chaosproxy.named_files import read_capped
-from chaosproxy.scenario import ScenarioError, keep_routes, load_scenario, off_loop
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.named_files import read_capped
+from chaosproxy.engine.scenario import ScenarioError, keep_routes, load_scenario, off_loop
+from chaosproxy.telemetry.log import ops
 
 
 async def reload_scenario(engine: Engine, path: Path, scenario_dirs: Iterable[Path] = ()) -> bool:

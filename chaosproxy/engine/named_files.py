@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaosproxy.yaml_limits import MAX_DOCUMENT_BYTES
+from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
 
 
 @dataclass(slots=True)

@@ -53,12 +53,12 @@ from yarl import URL
 
 from chaosproxy import __version__
 from chaosproxy.client import TOKEN_ENV
-from chaosproxy.engine import Engine
-from chaosproxy.log import ops
-from chaosproxy.metrics import LogMetrics
-from chaosproxy.named_files import ScenarioFiles
-from chaosproxy.scenario import Scenario, ScenarioError, keep_routes, off_loop, parse_scenario
-from chaosproxy.yaml_limits import MAX_DOCUMENT_BYTES
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.named_files import ScenarioFiles
+from chaosproxy.engine.scenario import Scenario, ScenarioError, keep_routes, off_loop, parse_scenario
+from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
+from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.metrics import LogMetrics
 
 EVENT_QUEUE_SIZE = 1000
 MAX_SUBSCRIBERS = 32  # /events readers at once; each costs a queue of EVENT_QUEUE_SIZE lines

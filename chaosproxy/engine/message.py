@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from chaosproxy.otel import CallTrace
+    from chaosproxy.telemetry.tracing import CallTrace
 
 
 class Phase(StrEnum):
@@ -48,12 +48,12 @@ class Message:
         self.body = body
         self.request = request
         self.route = route
-        # Model-API traffic (chaosproxy.llm): which API, which model, which turn of the conversation.
+        # Model-API traffic (chaosproxy.protocols.llm): which API, which model, which turn of the conversation.
         self.api: str | None = None
         self.model: str | None = None
         self.turn: int | None = None
         self._rpc: Any = _UNPARSED
-        self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.otel)
+        self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.telemetry.tracing)
 
     @property
     def rpc(self) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaosproxy.message import Message, Phase
+from chaosproxy.engine.message import Message, Phase
 
 
 def listed_tools(msg: Message) -> list[dict[str, Any]] | None:

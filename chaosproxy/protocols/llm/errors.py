@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import orjson
 
-from chaosproxy.actions import Respond
-from chaosproxy.llm import ANTHROPIC, OPENAI_RESPONSES
+from chaosproxy.engine.actions import Respond
+from chaosproxy.protocols.llm import ANTHROPIC, OPENAI_RESPONSES
 
 type Kind = Literal["rate_limit", "overloaded", "server_error", "quota", "context_length"]
 

@@ -24,19 +24,28 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from chaosproxy import streams
-from chaosproxy.actions import Garble, Rewrite
-from chaosproxy.actions import Reply as ReplyAction
-from chaosproxy.engine import Engine, Fired
+from chaosproxy.engine.actions import Garble, Rewrite
+from chaosproxy.engine.actions import Reply as ReplyAction
+from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import Scenario
 from chaosproxy.faults import Fault, Level
 from chaosproxy.faults._llm import LlmFault, PromptFault
-from chaosproxy.log import ops
-from chaosproxy.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, anthropic, api_for_path, openai_chat, \
-    openai_responses, stream, view
-from chaosproxy.llm.actions import EmptyCompletion, StreamError
-from chaosproxy.llm.view import FormatError, Request, ToolCall, ToolResult
-from chaosproxy.message import Message, Phase
-from chaosproxy.scenario import Scenario
+from chaosproxy.protocols import streams
+from chaosproxy.protocols.llm import (
+    ANTHROPIC,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    anthropic,
+    api_for_path,
+    openai_chat,
+    openai_responses,
+    stream,
+    view,
+)
+from chaosproxy.protocols.llm.actions import EmptyCompletion, StreamError
+from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolResult
+from chaosproxy.telemetry.log import ops
 
 FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
 MAX_SESSIONS = 1024

@@ -2,7 +2,7 @@
 
 Why not the OpenTelemetry SDK: it costs ~50 µs of CPU for an empty span and its OTLP encoder as
 much again, four times what the proxy may spend on a call's span (bench/otel_overhead.py). Here the
-event loop appends a finished span (chaosproxy.otel's plain data, what repeats from call to call
+event loop appends a finished span (chaosproxy.telemetry.tracing's plain data, what repeats from call to call
 encoded once already) to a deque; a daemon thread takes them in batches, writes the OTLP protobuf
 (`Encoder`) and POSTs it. Encoding a batch in one go costs less CPU than a span at a time among the
 loop's other work (its code and data stay in the CPU's caches). A full queue drops the span and
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from chaosproxy.log import ops
-from chaosproxy.redact import redacted_url
+from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.redact import redacted_url
 
 if TYPE_CHECKING:
-    from chaosproxy.otel import SpanData
+    from chaosproxy.telemetry.tracing import SpanData
 
 DEFAULT_ENDPOINT = "http://localhost:4318"
 SCOPE = "chaosproxy"
@@ -280,7 +280,7 @@ class Encoder:
 
 def ids(trace_id: bytes, span_id: bytes, parent_id: bytes = b"", trace_state: str = "") -> bytes:
     """Span.trace_id, span_id, trace_state and parent_span_id (ids as 16 and 8 raw bytes; b"": no parent).
-    chaosproxy.otel writes a root span's (no trace state, no parent) itself, from one random number."""
+    chaosproxy.telemetry.tracing writes a root span's (no trace state, no parent) itself, from one random number."""
     encoded = b"\x0a\x10" + trace_id + b"\x12\x08" + span_id
     if trace_state:
         encoded += _field(3, trace_state.encode())

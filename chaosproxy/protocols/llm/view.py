@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.message import Message, Phase
+from chaosproxy.engine.message import Message, Phase
 
 PROMPT = "llm/prompt"
 COMPLETION = "llm/completion"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaosproxy import streams
-from chaosproxy.llm import stream, view
-from chaosproxy.llm.actions import EmptyCompletion
-from chaosproxy.llm.view import FormatError, Reply, Request, ToolCall
+from chaosproxy.protocols import streams
+from chaosproxy.protocols.llm import stream, view
+from chaosproxy.protocols.llm.actions import EmptyCompletion
+from chaosproxy.protocols.llm.view import FormatError, Reply, Request, ToolCall
 
 API = "openai-chat"
 TEXT = "text"

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.llm import stream, view
-from chaosproxy.llm.actions import EmptyCompletion
-from chaosproxy.llm.view import FormatError, Reply, Request, Text, ToolCall
+from chaosproxy.protocols.llm import stream, view
+from chaosproxy.protocols.llm.actions import EmptyCompletion
+from chaosproxy.protocols.llm.view import FormatError, Reply, Request, Text, ToolCall
 
 API = "openai-responses"
 TEXT = "input_text"

@@ -18,16 +18,16 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
+from chaosproxy.engine.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import Rule, Scenario
+from chaosproxy.engine.session_state import AgentView, SessionState
+from chaosproxy.engine.sessions import AGENT_HEADER, MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
 from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.faults._effects import call_effect
-from chaosproxy.log import PerturbationLog, digest, ops
-from chaosproxy.mcp import call_result, error_reply, listed_tools, result_reply
-from chaosproxy.message import Message, Phase
-from chaosproxy.otel import NO_TRACING, Tracing
-from chaosproxy.scenario import Rule, Scenario
-from chaosproxy.session import AgentView, SessionState
-from chaosproxy.sessions import AGENT_HEADER, MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
+from chaosproxy.protocols.mcp import call_result, error_reply, listed_tools, result_reply
+from chaosproxy.telemetry.log import PerturbationLog, digest, ops
+from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 
 AGENT_HEADER_KEY = AGENT_HEADER.lower().encode()
 
@@ -170,7 +170,7 @@ class Engine:
         self.started = time.monotonic()
         self._session_limits = {"ttl": session_ttl, "limit": max_sessions}
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
-        self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.otel)
+        self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.telemetry.tracing)
         self._compiled: list[_CompiledRule] = []
         self.tallies: dict[str, Tally] = {}  # by rule name: the run's totals, which no reset or session end undoes
         self._under_way: dict[str, int] = {}  # calls being decided per session keyed by a client address alone

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from chaosproxy.scenario import Scenario
+from chaosproxy.engine.scenario import Scenario
 
 _DRAW = {"type": "array", "minItems": 1,
          "description": "drawn per sample: !range [low, high] or !choice [option, ...]"}

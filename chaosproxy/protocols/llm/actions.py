@@ -1,4 +1,4 @@
-"""What the model-API faults ask the LLM relay to do to a reply (plain data, as chaosproxy.actions).
+"""What the model-API faults ask the LLM relay to do to a reply (plain data, as chaosproxy.engine.actions).
 
 Their fields are what the fault's log line says it did (`effect`), so each names what the agent meets.
 """
