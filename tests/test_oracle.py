@@ -25,6 +25,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import h11
 import orjson
@@ -113,6 +114,7 @@ REASONS = {200: b"OK", 201: b"Created", 204: b"No Content", 304: b"Not Modified"
            500: b"Internal Server Error", 503: b"Service Unavailable"}
 RPC = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search"}})
 REPLY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "é ok"}]}})
+LISTED = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "search", "inputSchema": {}}]}})
 SSE = b"event: message\ndata: " + REPLY + b"\n\n: keep-alive\n\ndata: " + REPLY + b"\r\n\r\n"
 
 header_values = st.binary(min_size=0, max_size=12).map(
@@ -185,6 +187,10 @@ class Upstream:
                     request = await _read_request(reader, writer)
                     if request is None:
                         return
+                    if b'"tools/list"' in request[3]:  # the proxy listing the tools itself (for their schemas)
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                                     b"\r\n%b" % (len(LISTED), LISTED))
+                        continue
                     self.received.append(request)
                     reply = self.plays.popleft()
                     self.plays_sent.append(reply.body)
@@ -271,7 +277,7 @@ def play(url: str, case: Exchanges) -> list[tuple]:
                 head, body = request.wire()
                 whole = head + body
                 cuts = [0, *[cut for cut in request.splits if cut < len(whole)], len(whole)]
-                for a, b in zip(cuts, cuts[1:]):
+                for a, b in pairwise(cuts):
                     sock.sendall(whole[a:b])
             for n, (request, _) in enumerate(case.pairs):
                 if n:
@@ -295,7 +301,7 @@ def play(url: str, case: Exchanges) -> list[tuple]:
             else:
                 whole = head + body
                 cuts = [0, *[cut for cut in request.splits if cut < len(whole)], len(whole)]
-                for a, b in zip(cuts, cuts[1:]):
+                for a, b in pairwise(cuts):
                     sock.sendall(whole[a:b])
                     time.sleep(0.001)
             told_body(request)
@@ -369,5 +375,5 @@ def test_a_call_line_lists_a_fault_exactly_when_the_agent_got_other_bytes(make_p
     got = play(proxy.url, Exchanges([(request, reply) for reply in upstream.plays], pipelined=False))
     calls = [line for line in proxy.events() if line["event"] == "call"]
     assert len(got) == len(calls) == len(sent)
-    for (_, _, _, _, body, _), upstream_body, call in zip(got, upstream.plays_sent, calls):
+    for (_, _, _, _, body, _), upstream_body, call in zip(got, upstream.plays_sent, calls, strict=True):
         assert (body != upstream_body) == bool(call["faults"]), (body, upstream_body, call)
