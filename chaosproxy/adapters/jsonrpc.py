@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import orjson
 from yarl import URL
 
-from chaosproxy.engine.actions import Garble, Notify, Reply, Respond
+from chaosproxy.engine.actions import Drop, Garble, Notify, Reply, Respond
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
@@ -109,7 +109,8 @@ class JsonRpcRelay:
     def relay_message(self, payload: bytes, request: Message, session: str | None = None,
                       headers: Mapping[str, str] | None = None, faults: list[str] | None = None) -> list[bytes]:
         """Decide on one JSON-RPC message (or plain body) from upstream; returns what to send in its
-        place: usually one payload, preceded by any notifications a fault sends the agent.
+        place: usually one payload, preceded by any notifications a fault sends the agent; only those
+        when a fault dropped it.
 
         `request` is the HTTP request whose response carries the message; `session` overrides its
         session (a legacy GET stream learns its session from the endpoint event). A reply on a POST's
@@ -138,6 +139,8 @@ class JsonRpcRelay:
                     return [*before, orjson.dumps(message)]
                 case Notify(message):
                     before.append(orjson.dumps(message))
+                case Drop():
+                    return before
         return [*before, msg.body or payload]
 
     def relay_body(self, payload: bytes, request: Message, headers: Mapping[str, str],
@@ -145,14 +148,14 @@ class JsonRpcRelay:
         """A whole JSON (or plain) body through relay_message. Notifications a fault adds turn a JSON
         reply into an SSE stream, as a streamable HTTP server may answer any POST: the new
         Content-Type goes to `replaced` (to `headers` itself when `replaced` is None)."""
-        *before, body = self.relay_message(payload, request, headers=headers, faults=faults)
-        if not before:
-            return body
+        sent = self.relay_message(payload, request, headers=headers, faults=faults)
+        if len(sent) < 2:
+            return sent[0] if sent else b""
         if "text/event-stream" not in request.headers.get("Accept", ""):
             ops.warning("a notification for %s was dropped: the client accepts no event stream", request.path)
             return body
         (replaced if replaced is not None else headers)["Content-Type"] = "text/event-stream"  # type: ignore[index]
-        return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in [*before, body])
+        return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in sent)
 
     async def relay_events(self, chunks: AsyncIterator[bytes], request: Message, faults: list[str] | None = None,
                            max_event: int = MAX_EVENT) -> AsyncIterator[bytes]:
@@ -162,10 +165,10 @@ class JsonRpcRelay:
         """
         frames = streams.sse_frames(chunks, max_event)
         session = request.session
-        first = await anext(frames, None)
+        first = await _next(frames)
         while first is not None and request.http_method == "GET" and _comment_only(first):
             yield first
-            first = await anext(frames, None)
+            first = await _next(frames)
         if first is None:
             return
         if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
@@ -211,6 +214,16 @@ class JsonRpcRelay:
         if self.prefix and data.startswith("/"):
             return streams.sse_with_data(frame, (self.prefix + data).encode()), session
         return frame, session
+
+
+async def _next(frames: AsyncIterator[bytes]) -> bytes | None:
+    """The next frame, None at the end. Not `anext(frames, None)`: when the call is cancelled, the
+    awaitable that makes passes the cancellation on with the three-argument throw() Python 3.12 warns
+    about, once per cancelled stream (and into users' own test runs through the pytest plugin)."""
+    try:
+        return await frames.__anext__()
+    except StopAsyncIteration:
+        return None
 
 
 def _comment_only(frame: bytes) -> bool:
