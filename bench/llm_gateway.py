@@ -161,7 +161,8 @@ def main() -> int:
     rows = {t: {"cpu_ms": statistics.median(cpu[t]), "p50_ms": statistics.median(p50[t]),
                 "first_event_ms": statistics.median(first[t])} for t in TARGETS}
     base = rows["no-rule"]["cpu_ms"]
-    lines = [f"request: {len(body) / 1024:.0f} KiB, 40 turns, 50 tools; {args.rounds} rounds x {args.requests} requests",
+    lines = [f"request: {len(body) / 1024:.0f} KiB, 40 turns, 50 tools; "
+             f"{args.rounds} rounds x {args.requests} requests",
              "", "| target | CPU ms/req | over no-rule | p50 ms | added p50 ms | first event ms | vs direct |",
              "|---|---|---|---|---|---|---|"]
     for target, row in rows.items():

@@ -68,7 +68,8 @@ def main() -> int:
         cpu = statistics.median(run["proxy_cpu_s"] / max(run["requests"], 1) for run in c16[target]) * 1e6
         errors = sum(run["errors"] for run in c1[target] + c16[target])
         rows[target] = {"c1_p50_ms": p50, "cpu_us_c16": cpu if target != "direct" else None, "errors": errors,
-                        "c16_rps": statistics.median(run["requests"] / (run["duration_us"] / 1e6) for run in c16[target])}
+                        "c16_rps": statistics.median(run["requests"] / (run["duration_us"] / 1e6)
+                                                     for run in c16[target])}
     direct = rows["direct"]["c1_p50_ms"]
     idle_cpu = rows["idle"]["cpu_us_c16"]
     lines = ["| target | c1 p50 ms | added p50 ms | CPU µs/req c16 | × idle CPU | c16 req/s | errors |",

@@ -6,9 +6,9 @@
 
 Targets, side by side in each round: `before` (chaosproxy as of COMMIT, before OpenTelemetry existed,
 taken with `git archive`; skipped without --before), `on@COMMIT` (chaosproxy as of another COMMIT with
-export on, to compare two versions of the export; skipped without --compare), `off` (this chaosproxy, no OTEL_* variable: the
-exporter is never imported), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set: a span per call, batched and sent
-as OTLP/HTTP protobuf by the exporter's thread to a local sink that decodes and counts what it gets),
+export on, to compare two versions of the export; skipped without --compare), `off` (this chaosproxy, no
+OTEL_* variable: the exporter is never imported), `on` (OTEL_EXPORTER_OTLP_ENDPOINT set: a span per call,
+batched and sent as OTLP/HTTP protobuf by the exporter's thread to a local sink that decodes and counts what it gets),
 `on-10%` (the same with OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1: one call in ten
 recorded). The upstream is the bundled MCP server in stateless JSON mode. Reported: the proxy's CPU per
 request at c=16 (all its threads, so the exporter's encoding counts), the p50 at c=1, spans the sink
@@ -54,7 +54,8 @@ def sink(port: int) -> None:
         nonlocal spans
         export = ExportTraceServiceRequest.FromString(await request.read())
         spans += sum(len(scope.spans) for resource in export.resource_spans for scope in resource.scope_spans)
-        return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf")
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
 
     async def count(_: web.Request) -> web.Response:
         return web.json_response({"spans": spans})
@@ -121,7 +122,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--before", metavar="COMMIT", help="also measure chaosproxy as of this commit")
     parser.add_argument("--compare", metavar="COMMIT", help="also measure this commit's chaosproxy, export on")
-    parser.add_argument("--out", type=Path, default=Path(f"/tmp/chaosproxy-bench-otel-{time.strftime('%Y%m%d-%H%M%S')}"))
+    parser.add_argument("--out", type=Path,
+                        default=Path(f"/tmp/chaosproxy-bench-otel-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--sink", type=int, help=argparse.SUPPRESS)  # run as the OTLP sink on this port
     args = parser.parse_args()
     if args.sink:
@@ -181,7 +183,8 @@ def main() -> int:
         rows[target] = {
             "c1_p50_ms": statistics.median(run["lat_p50_us"] for run in c1[target]) / 1000,
             "cpu_us_c16": statistics.median(cpu_us(run) for run in c16[target]),
-            "cpu_vs_off": statistics.median(cpu_us(run) - cpu_us(off) for run, off in zip(c16[target], c16["off"])),
+            "cpu_vs_off": statistics.median(cpu_us(run) - cpu_us(off)
+                                            for run, off in zip(c16[target], c16["off"], strict=True)),
             "c16_rps": statistics.median(run["requests"] / (run["duration_us"] / 1e6) for run in c16[target]),
             "errors": sum(run["errors"] for run in c1[target] + c16[target]),
         }

@@ -42,8 +42,9 @@ BODY = (b'{"jsonrpc":"2.0","id":"req-000001","tool":"search_docs","arguments":{"
 REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
 # as httpx (the OpenAI, Anthropic and MCP Python SDKs' client) writes it: with a keep-alive line
-HTTPX_REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nAccept: */*\r\nAccept-Encoding: gzip, deflate\r\n"
-                 b"Connection: keep-alive\r\nUser-Agent: python-httpx/0.28.1\r\nContent-Length: %d\r\n"
+HTTPX_REQUEST = (b"POST /echo/tool HTTP/1.1\r\nHost: 127.0.0.1:8800\r\nAccept: */*\r\n"
+                 b"Accept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nUser-Agent: python-httpx/0.28.1\r\n"
+                 b"Content-Length: %d\r\n"
                  b"Content-Type: application/json\r\n\r\n%b" % (len(BODY), BODY))
 RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Date: Mon, 30 Nov 2026 14:00:00 GMT\r\nServer: Python/3.12 aiohttp/3.11\r\n\r\n%b" % (len(BODY), BODY))
@@ -142,7 +143,8 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--scenario", type=Path)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--httpx", action="store_true", help="the agent writes its requests as httpx does (a keep-alive line)")
+    ap.add_argument("--httpx", action="store_true",
+                    help="the agent writes its requests as httpx does (a keep-alive line)")
     ap.add_argument("--node", action="store_true", help="the upstream answers as Node's server does (keep-alive lines)")
     uvloop.run(main(ap.parse_args()))
     sys.exit(0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -85,10 +86,8 @@ class Procs:
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def free_ports(n: int) -> list[int]:
@@ -390,7 +389,8 @@ def summarise(res: dict[str, dict]) -> dict[str, dict]:
 
 
 def verdicts(f: dict, floor: dict | None) -> dict[str, bool]:
-    cpu = {} if floor is None else {"cpu_us_c64": f["cpu_us_c64"] <= BUDGET["cpu_x_fastrelay_c64"] * floor["cpu_us_c64"]}
+    cpu = {} if floor is None else {
+        "cpu_us_c64": f["cpu_us_c64"] <= BUDGET["cpu_x_fastrelay_c64"] * floor["cpu_us_c64"]}
     return {
         "add_p50_ms": f["add_p50_ms"] <= BUDGET["add_p50_ms"],
         **cpu,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -131,10 +132,8 @@ def big_header(name: str, port: int, pid: int) -> None:
             sock.sendall(chunk)
     except OSError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         answer = sock.recv(200)
-    except OSError:
-        pass
     took = time.monotonic() - started
     rss1 = rss_kib(pid)
     sock.close()

@@ -420,7 +420,8 @@ def _mitm(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"chaosproxy mitm: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    return _serve(args, scenario, lambda engine: MitmProxy(engine, hosts, confdir=confdir, upstream_ca=args.upstream_ca),
+    return _serve(args, scenario,
+                  lambda engine: MitmProxy(engine, hosts, confdir=confdir, upstream_ca=args.upstream_ca),
                   lambda host, port: f"mitm: proxy on {host}:{port} intercepting {hosts}; "
                                      f"the agent trusts {confdir / CA_CERT}")
 

@@ -40,7 +40,8 @@ def upstream(server_loop: ServerLoop) -> Iterator[str]:
 
 @pytest.fixture
 def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[Any]:
-    """Start a proxy with a scenario (YAML text or dict), a seed and HttpProxy options; all are stopped after the test."""
+    """Start a proxy with a scenario (YAML text or dict), a seed and HttpProxy options; all are stopped
+    after the test."""
     started: list[tuple[HttpProxy, PerturbationLog]] = []
 
     def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,

@@ -6,7 +6,8 @@ keep-alive comments and CRLF framing; Azure OpenAI's empty first chunk with `pro
 per-choice `content_filter_results`; Gemini's OpenAI-compatible chunks (a whole tool call in one piece,
 `extra_content.google.thought_signature`, which Gemini needs back on the next turn); DeepSeek's
 `reasoning_content`; refusals; Anthropic streams with `ping`, thinking and its signature, and parallel
-`tool_use` blocks (and a gateway's, with each input whole in its block's start); Responses streams with reasoning summaries, parallel function calls and refusals;
+`tool_use` blocks (and a gateway's, with each input whole in its block's start); Responses streams with
+reasoning summaries, parallel function calls and refusals;
 non-streamed bodies pretty-printed as OpenAI's are, or compact as others'. Unknown fields are kept
 everywhere: the proxy must relay what it does not know.
 

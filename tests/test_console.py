@@ -210,7 +210,8 @@ async function attempt(name, run) {{
   await attempt("read stats", async () => (await fetch("{control}/stats")).text());
   await attempt("read with a guessed token", async () =>
       (await fetch("{control}/stats", {{headers: {{"X-Chaosproxy-Console": "guess"}}}})).text());
-  await attempt("reset no-cors", async () => (await fetch("{control}/reset", {{method: "POST", mode: "no-cors"}})).type);
+  await attempt("reset no-cors", async () =>
+      (await fetch("{control}/reset", {{method: "POST", mode: "no-cors"}})).type);
   await attempt("patch", async () => (await fetch("{control}/rules/weather-down", {{method: "PATCH",
       body: JSON.stringify({{enabled: false}})}})).status);
   document.getElementById("form").submit();

@@ -135,7 +135,8 @@ def test_a_final_action_stops_later_rules():
 
 
 def test_a_broken_fault_fails_open(monkeypatch):
-    engine, sink = engine_for([{"name": "broken", "fault": ERROR}, {"name": "ok", "fault": {"type": "latency", "delay_ms": 1}}])
+    engine, sink = engine_for([{"name": "broken", "fault": ERROR},
+                               {"name": "ok", "fault": {"type": "latency", "delay_ms": 1}}])
 
     def explode(self: Fault, ctx: Any) -> None:
         raise RuntimeError("bug in a fault")

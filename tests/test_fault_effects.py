@@ -108,7 +108,7 @@ def test_every_fault_the_demo_fires_says_what_it_did(tmp_path: Path) -> None:
                           timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     log = next(line.split()[2] for line in done.stdout.splitlines() if line.startswith("perturbation log:"))
-    lines = [json.loads(line) for line in open(log) if '"event":"fault"' in line]
+    lines = [json.loads(line) for line in Path(log).read_text().splitlines() if '"event":"fault"' in line]
     silent = [(line["rule"], line["fault"]) for line in lines
               if not line["effect"] and line["fault"] not in MODEL_API_FAULTS]
     assert silent == []

@@ -372,7 +372,8 @@ def test_legacy_endpoint_is_rewritten_past_leading_comments(make_proxy, scripted
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")
-        for frame in (b": connected\n\n", f"event: endpoint\ndata: {holder['url']}/messages/?session_id=ab\n\n".encode()):
+        endpoint = f"event: endpoint\ndata: {holder['url']}/messages/?session_id=ab\n\n".encode()
+        for frame in (b": connected\n\n", endpoint):
             writer.write(b"%x\r\n%b\r\n" % (len(frame), frame))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -613,7 +614,8 @@ def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):
     assert (call["method"], call["tool"], call["rpc_id"], call["path"]) == ("tools/call", "search", 7, "/echo/rpc")
 
 
-@pytest.mark.parametrize("rules", [[], [{"name": "never", "match": {"tool": "no-such-tool"}, "fault": {"type": "rpc_error"}}]],
+@pytest.mark.parametrize("rules", [[], [{"name": "never", "match": {"tool": "no-such-tool"},
+                                          "fault": {"type": "rpc_error"}}]],
                          ids=["relayed", "inspected"])
 def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted, rules):
     """Relayed, and inspected (a rule that may act on any JSON-RPC message: the call is read by a coroutine)."""
@@ -693,4 +695,5 @@ def test_with_a_rule_on_tool_lists_a_tool_call_s_reply_goes_as_written_and_the_l
         post(client, b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"plus","arguments":{}}}')
         assert _recv_exactly(client, len(answer(result))) == answer(result)
     assert json.loads(requests[1])["params"]["name"] == "add"
-    assert [(call["tool"], call["faults"]) for call in proxy.events("call")] == [(None, ["rename"]), ("add", ["rename"])]
+    assert [(call["tool"], call["faults"]) for call in proxy.events("call")] == [(None, ["rename"]),
+                                                                                  ("add", ["rename"])]

@@ -97,7 +97,8 @@ def test_fuzzed_requests_never_break_the_proxy(make_proxy, scenario):
 
 HOP_AND_FRAMING = {"connection", "upgrade", "expect", "transfer-encoding", "content-length", "host", "keep-alive",
                    "te", "trailer", "proxy-connection"}
-field_names = st.text(st.sampled_from(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"), min_size=1, max_size=20)
+field_names = st.text(st.sampled_from(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"),
+                      min_size=1, max_size=20)
 well_formed = st.builds(
     lambda method, path, headers, body: (method, b"%b %b HTTP/1.1\r\nHost: a\r\n%bContent-Length: %d\r\n\r\n%b" % (
         method.encode(), path.encode(), b"".join(f"{name}: {value}\r\n".encode() for name, value in headers),

@@ -14,9 +14,8 @@ TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 async def fetch(url: str, method: str = "GET", **kwargs) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
-        async with client.request(method, url, **kwargs) as response:
-            return response.status, dict(response.headers), await response.read()
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as client, client.request(method, url, **kwargs) as response:
+        return response.status, dict(response.headers), await response.read()
 
 
 async def elapsed(url: str) -> float:

@@ -39,7 +39,8 @@ def test_no_robustbench_rule_fails_the_retrying_agent_by_client_side_validation(
     out = tmp_path / "drill"
     with serve("http") as url:
         done = subprocess.run(
-            [sys.executable, "-m", "chaosproxy", "drill", "--agent", f"{sys.executable} {ROOT / 'examples' / 'agent_retry.py'}",
+            [sys.executable, "-m", "chaosproxy", "drill",
+             "--agent", f"{sys.executable} {ROOT / 'examples' / 'agent_retry.py'}",
              "--upstream", f"{url}/mcp", *scenarios, "--jobs", "2", "--timeout", "90", "--seed", "14",
              "--out", str(out)], capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stderr

@@ -412,7 +412,8 @@ async def test_truncate_fraction_of_a_chunked_body(make_mitm):
     mitm = make_mitm(rule("cut", {"type": "truncate", "fraction": 0.5}, match={"path": "/sse"}))
     body = b""
     async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
-        async with client.get(mitm.intercepted + "/sse?n=4&interval_ms=1", proxy=mitm.proxy, ssl=mitm.mitm_ca) as response:
+        async with client.get(mitm.intercepted + "/sse?n=4&interval_ms=1", proxy=mitm.proxy,
+                              ssl=mitm.mitm_ca) as response:
             with pytest.raises(aiohttp.ClientPayloadError):
                 async for chunk in response.content.iter_any():
                     body += chunk

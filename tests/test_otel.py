@@ -241,7 +241,8 @@ def test_the_standard_variables_are_honoured():
                      OTEL_RESOURCE_ATTRIBUTES="deployment.environment=staging", OTEL_TRACES_SAMPLER="traceidratio",
                      OTEL_TRACES_SAMPLER_ARG="0.5")
     assert out.splitlines()[0] == "agent-tools staging 3 traceidratio(0.5)"
-    off = "from chaosproxy.telemetry.tracing import from_environment\nprint(from_environment(False, run_id='r', seed=3).on)\n"
+    off = ("from chaosproxy.telemetry.tracing import from_environment\n"
+           "print(from_environment(False, run_id='r', seed=3).on)\n")
     assert configured(off, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SDK_DISABLED="true") == "False"
     assert configured(off, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces").startswith("True")
     assert configured(off) == "False"

@@ -187,7 +187,7 @@ def test_a_context_in_meta_counts_however_its_key_is_escaped(make_proxy: Any, re
                                                  OTEL_TRACES_SAMPLER_ARG="0")
     rpc_call(proxy.url, "root")
     body = ('{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"escaped","arguments":{},'
-            '"_meta":{"trace\\u0070arent":"00-%s-%s-01"}}}' % (AGENT_TRACE, AGENT_SPAN)).encode()
+            '"_meta":{"trace\\u0070arent":"00-' + AGENT_TRACE + "-" + AGENT_SPAN + '-01"}}}').encode()
     request = urllib.request.Request(proxy.url + "/echo/mcp", body, {"Content-Type": "application/json"},
                                      method="POST")
     with urllib.request.urlopen(request, timeout=10) as reply:

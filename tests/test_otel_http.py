@@ -36,7 +36,8 @@ async def test_http_calls_carry_spans_with_their_faults(make_proxy: Any, receive
         server_port = int(upstream.rsplit(":", 1)[1])
         headers = {"traceparent": HEADER_PARENT}
         if transport == "http":
-            target: Any = streamable_http_client(f"{proxy.url}/mcp", http_client=create_mcp_http_client(headers=headers))
+            target: Any = streamable_http_client(f"{proxy.url}/mcp",
+                                                 http_client=create_mcp_http_client(headers=headers))
         else:
             target = sse_client(f"{proxy.url}/sse", headers=headers)
         await make_calls(target)
@@ -61,7 +62,8 @@ def test_model_api_calls_get_genai_spans_with_their_faults(make_proxy: Any, llm:
                                                             receiver: Receiver, monkeypatch: pytest.MonkeyPatch):
     """LLM-gateway mode: `chat {model}` spans after the GenAI conventions; a provider error fails the span."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    proxy = make_proxy(rules({"match": {"api": "openai-chat"}, "first": 1, "fault": {"type": "latency", "delay_ms": 50}},
+    proxy = make_proxy(rules({"match": {"api": "openai-chat"}, "first": 1,
+                              "fault": {"type": "latency", "delay_ms": 50}},
                              {"match": {"api": "openai-chat"}, "after": 1, "fault": {"type": "llm_error",
                                                                                       "kind": "overloaded"}}),
                        to=llm.url)

@@ -57,7 +57,8 @@ async def test_stdio_servers(command: list[str], tool: str, version: str) -> Non
 
 def test_inspector_cli_over_http() -> None:
     with peers.everything_http() as server:
-        answer = peers.inspector(server.url, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=hi")
+        answer = peers.inspector(server.url, "--method", "tools/call", "--tool-name", "echo",
+                                 "--tool-arg", "message=hi")
     assert answer["content"] == [{"type": "text", "text": "Echo: hi"}]
 
 

@@ -21,7 +21,8 @@ from tests.support import call_lines
 from tests.test_otel import AGENT_SPAN, AGENT_TRACE, receiver  # noqa: F401
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-HOP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\nok"  # a head to rewrite
+# a head to rewrite
+HOP = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\nok"
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 
 

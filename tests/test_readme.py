@@ -5,10 +5,10 @@ A block is run as its language says, shaped by an HTML comment right above it:
     <!-- readme: session=NAME exit=N skip="why" kind=scenario|suite|log|pytest|output|config -->
 
 - `sh` blocks run in bash, in a fresh folder that sees the repository's examples, scenarios, tests
-  and bench: the README's ports (9000, 9001, 9100, 8800, 8801, 8100) are replaced by free ones. Blocks of one `session` run as one script in
-  order (a line ending in `&` keeps running until the session ends, and the script waits for the
-  ports it names); the session's processes are stopped by their process group. `exit=N` is the
-  expected exit status (default 0).
+  and bench: the README's ports (9000, 9001, 9100, 8800, 8801, 8100) are replaced by free ones.
+  Blocks of one `session` run as one script in order (a line ending in `&` keeps running until the
+  session ends, and the script waits for the ports it names); the session's processes are stopped by
+  their process group. `exit=N` is the expected exit status (default 0).
 - `text` blocks marked `kind=output` follow a session's block: each line must appear in that
   session's output, `...` matching anything.
 - `yaml` blocks validate as scenarios (`kind=suite`: as a drill suite); `json` blocks parse
@@ -22,6 +22,7 @@ So README drift fails CI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -172,10 +173,8 @@ def _real_log(tmp_path: Path, shown: dict[str, dict]) -> list[dict]:
             import urllib.error
             import urllib.request
             for _ in range(scenario["rules"][0]["after"] + 1):
-                try:
+                with contextlib.suppress(urllib.error.HTTPError):
                     urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}{path}", timeout=10).read()
-                except urllib.error.HTTPError:
-                    pass
         finally:
             _stop(proxy)
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -259,7 +258,7 @@ class _servers:
                        self.tmp_path / "tool_server.out"),
                 _spawn([sys.executable, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(ports["9001"])],
                        self.tmp_path / "mcp_server.out")]
-            for proc, port in zip(self.procs, (ports["9000"], ports["9001"])):
+            for proc, port in zip(self.procs, (ports["9000"], ports["9001"]), strict=True):
                 _wait_ports([port], proc)
         return ports
 
@@ -300,7 +299,5 @@ def _stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass

@@ -178,7 +178,8 @@ def test_a_model_call_retried_is_the_same_turn_again(tmp_path: Path) -> None:
 
 # --- 4. a comparison drops no run --------------------------------------------------------------------
 
-SAME = "# sample {k} of the suite s.yaml, drawn with seed {k}\nrules:\n- name: down\n  fault: {{type: http_error, status: 503}}\n"
+SAME = ("# sample {k} of the suite s.yaml, drawn with seed {k}\n"
+        "rules:\n- name: down\n  fault: {{type: http_error, status: 503}}\n")
 
 
 def test_samples_with_identical_rules_are_compared_as_one_scenario_with_all_their_runs(tmp_path: Path) -> None:
@@ -287,7 +288,8 @@ def test_max_regression_refuses_what_is_no_number_of_points(tmp_path: Path, poin
     ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "passed",
       "components": "transition"}, "components: not an object"),
     ({"run": "run-2", "label": ["sample-1"], "kind": "sample", "seed": 1, "status": "passed"}, "label: not a string"),
-    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "won"}, "status: 'won' is not one of"),
+    ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "won"},
+     "status: 'won' is not one of"),
     ({"run": "run-2", "label": "sample-1", "kind": "sample", "seed": 1, "status": "passed",
       "faults": {"typos": "many"}}, "faults: not counts by name"),
     ([1, 2], "not a run's result"),

@@ -57,8 +57,8 @@ def always_gzip(body: bytes, content_type: bytes = b"application/json"):
     async def script(reader, writer):
         while True:
             await read_request(reader)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %b\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%b"
-                         % (content_type, len(packed), packed))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %b\r\nContent-Encoding: gzip\r\n"
+                         b"Content-Length: %d\r\n\r\n%b" % (content_type, len(packed), packed))
             await writer.drain()
     return script, packed
 

@@ -88,7 +88,8 @@ chunk_splits = st.lists(st.integers(min_value=1, max_value=700), min_size=1, max
 extensions = st.sampled_from(["", ";ext", ";name=value", ';q="quoted"'])
 trailers = st.lists(st.tuples(st.sampled_from(["X-Checksum", "x-trailer"]), header_values), max_size=2)
 # what httpx and undici write about their connection: hop-by-hop, so never sent on; the rest as written
-keep_alive_lines = st.sampled_from(["", "Connection: keep-alive\r\n", "keep-alive: timeout=5\r\nConnection: Keep-Alive\r\n"])
+keep_alive_lines = st.sampled_from(["", "Connection: keep-alive\r\n",
+                                    "keep-alive: timeout=5\r\nConnection: Keep-Alive\r\n"])
 
 
 def _chunked(body: bytes, splits: list[int], extension: str, trailer: list[tuple[str, str]]) -> bytes:

@@ -8,11 +8,12 @@ It decides from the request, so what a proxy changed shows in what comes back. T
 is the script: each `call NAME(key=value, ...)` in it is one tool call, made in order, one per turn
 (the turn is the number of assistant turns in the history). NAME is matched against the tools the
 request lists as a model would: exactly, else a listed name that abbreviates, re-cases or prefixes
-it, else the one sharing most words with it; a key is matched to a parameter by name or prefix (`city` fills `city_v2`). When the directives
-are used up the model answers in text: `Results: ...` (the tool results it got, newest last) or
-`You said: ...` (the prompt as it arrived). A request naming the model `unexpected-shape` gets a 200
-whose body is not the format's. Ids and timestamps derive from the request, so one request always
-gets the same answer. `ScriptedModel.requests` keeps every request body for tests to inspect.
+it, else the one sharing most words with it; a key is matched to a parameter by name or prefix
+(`city` fills `city_v2`). When the directives are used up the model answers in text: `Results: ...`
+(the tool results it got, newest last) or `You said: ...` (the prompt as it arrived). A request
+naming the model `unexpected-shape` gets a 200 whose body is not the format's. Ids and timestamps
+derive from the request, so one request always gets the same answer. `ScriptedModel.requests` keeps
+every request body for tests to inspect.
 """
 
 from __future__ import annotations

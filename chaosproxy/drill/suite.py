@@ -135,7 +135,8 @@ class Suite:
         scenario = {"description": f"sampled from {self.path} with seed {seed}: "
                                    + ", ".join(rule["name"] for rule in rules),
                     "rules": rules}
-        Scenario.model_validate(scenario, context={"files": ScenarioFiles.beside(self.path)})  # load checked each bound and option, not every combination of them
+        # load checked each bound and option, not every combination of them
+        Scenario.model_validate(scenario, context={"files": ScenarioFiles.beside(self.path)})
         return scenario
 
 

@@ -21,7 +21,8 @@ from chaosproxy.faults import base
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level
 
 TYPES = frozenset(
-    module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_") and module.name != "base"
+    module.name for module in pkgutil.iter_modules(__path__)
+    if not module.name.startswith("_") and module.name != "base"
 )
 
 
@@ -74,4 +75,5 @@ class _EveryFaultSchema:
 
 FaultSpec = Annotated[SerializeAsAny[Fault], WrapValidator(_by_type), _EveryFaultSchema()]
 
-__all__ = ["MAX_WAIT_MS", "REGISTRY", "TYPES", "Component", "Fault", "FaultContext", "FaultSpec", "Level", "all_faults", "fault_class"]
+__all__ = ["MAX_WAIT_MS", "REGISTRY", "TYPES", "Component", "Fault", "FaultContext", "FaultSpec", "Level", "all_faults",
+           "fault_class"]

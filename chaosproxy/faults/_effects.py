@@ -118,7 +118,7 @@ def json_changes(before: Any, after: Any, where: str, depth: int = 0) -> Iterabl
     elif isinstance(before, list) and isinstance(after, list):
         if len(before) != len(after):
             yield f"{where}[]", {"items": [len(before), len(after)]}
-        for i, (old, new) in enumerate(zip(before, after)):
+        for i, (old, new) in enumerate(zip(before, after, strict=False)):
             yield from json_changes(old, new, f"{where}[{i}]", depth + 1)
     else:
         yield where, f"replaced ({_kind(before)} to {_kind(after)})"
@@ -139,14 +139,14 @@ def tools_effect(before: list[Any], after: list[Any]) -> dict[str, Any]:
     differs from it), removed, and what changed in the tools kept (inputSchema, description, ...)."""
     old, new = [_tool_name(tool) for tool in before], [_tool_name(tool) for tool in after]
     effect: dict[str, Any] = {}
-    renamed = [(a, b) for a, b in zip(old, new) if a != b] if len(old) == len(new) else []
+    renamed = [(a, b) for a, b in zip(old, new, strict=True) if a != b] if len(old) == len(new) else []
     if renamed and Counter(old) - Counter(a for a, _ in renamed) == Counter(new) - Counter(b for _, b in renamed):
         effect["renamed"] = bounded((str(a), short(b)) for a, b in renamed)
         new = old  # the tools are then compared as the tools they were
-    originals = {name: tool for name, tool in reversed(list(zip(old, before))) if name is not None}
+    originals = {name: tool for name, tool in reversed(list(zip(old, before, strict=True))) if name is not None}
     listed = Counter(old)
     shown: dict[str, list[Any]] = {}
-    for name, tool in zip(new, after):
+    for name, tool in zip(new, after, strict=True):
         if name is not None:
             shown.setdefault(name, []).append(tool)
     added: list[tuple[str, Any]] = []

@@ -42,7 +42,8 @@ class Oversize(ContentFault):
         if changed is not None or structured is None or self.where == "structured":
             return changed
         items = result.get("content") if isinstance(result.get("content"), list) else []
-        return {**result, "content": [*items, {"type": "text", "text": _text_edits.filler(self._target(structured), rng)}]}
+        filler = _text_edits.filler(self._target(structured), rng)
+        return {**result, "content": [*items, {"type": "text", "text": filler}]}
 
     def _target(self, value: Any) -> int:
         return self.bytes if self.bytes is not None else math.ceil(_text_edits.size(value) * (self.factor or 1))

@@ -14,7 +14,8 @@ class Timeout(Fault):
     """Answer a request with a message-level timeout: JSON-RPC -32001, or a tool error result."""
 
     type: Literal["timeout"] = "timeout"
-    after_ms: float = Field(0, ge=0, le=MAX_WAIT_MS, description="wait this long before answering, as a real timeout would")
+    after_ms: float = Field(0, ge=0, le=MAX_WAIT_MS,
+                            description="wait this long before answering, as a real timeout would")
     form: Literal["rpc_error", "tool_error"] = Field(
         "rpc_error", description="rpc_error: -32001 'Request timed out' (the TS SDK's own); "
                                  "tool_error: an isError result saying the tool timed out")

@@ -35,4 +35,5 @@ class TruncateText(ContentFault):
     def perturb(self, value: Any, rng: random.Random, guard: Guard) -> Any:
         def cut(text: str) -> str:
             return _text_edits.truncate(text, chars=self.chars, fraction=self.fraction, marker=self.marker)
-        return _text_edits.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability, keep=guard.keep)
+        return _text_edits.edit_strings(value, cut, rng, paths=self.paths, probability=self.probability,
+                                        keep=guard.keep)

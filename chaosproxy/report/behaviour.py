@@ -28,6 +28,7 @@ import collections
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from chaosproxy.report.logfile import MODEL, TOOL, Call, Session
@@ -74,7 +75,7 @@ def _incidents_of(calls: list[tuple[Call, bool]], goal: bool | None) -> list[Inc
     """The incidents among one kind of step (tool calls, or turns to the model API), in time order;
     `calls` marks each as such a step, or as an attempt step (initialize, tools/list) between them."""
     steps = [call for call, is_step in calls if is_step]
-    routine = {call.identity for call, after in zip(steps, steps[1:]) if not call.disrupted
+    routine = {call.identity for call, after in pairwise(steps) if not call.disrupted
                and after.identity == call.identity}
     found: list[Incident] = []
     open_incidents: dict[tuple[Any, ...], Incident] = {}

@@ -2,8 +2,9 @@
 
 A fault line comes before the call line it belongs to (faults are logged as they fire, a call when
 it ends). They are joined by JSON-RPC id within the session, or, for plain HTTP calls, by the rule
-names the call line lists (and a fault on a response body by its request's method, path and time). A fault on a reply that reached the agent on another connection (legacy
-HTTP+SSE) joins the last call with its id; one that joins no call stays on the session, unattached.
+names the call line lists (and a fault on a response body by its request's method, path and time).
+A fault on a reply that reached the agent on another connection (legacy HTTP+SSE) joins the last call
+with its id; one that joins no call stays on the session, unattached.
 
 Each call is classified on its own (`Call.kind`), never by the session it shares: one client's REST
 requests and its MCP `initialize` come from one address, so one session may hold both.

@@ -6,7 +6,8 @@ keeps each call's values as a record, makes the lines of CALL_CHUNK records at a
 call and session lines in a batch (every CALL_FLUSH_S, and at every exit);
 every other line is written at once, as is every line of a log made without `batch_s`. A failing
 write (a full disk, a log file made unwritable) never stops the proxy: it is reported once on
-stderr, lines are kept (up to a bound) and written when it works again. `reopen()` (SIGUSR1) opens the log file again by name, for logrotate.
+stderr, lines are kept (up to a bound) and written when it works again. `reopen()` (SIGUSR1) opens
+the log file again by name, for logrotate.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class _Clock:
         if second != self._second:
             self._second = second
             self._prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        return "%s%06d+00:00" % (self._prefix, micros - second * 1_000_000)
+        return "%s%06d+00:00" % (self._prefix, micros - second * 1_000_000)  # noqa: UP031 (%: 0.13 µs, f-string: 0.2)
 
 
 def _call_line(ts: str, run_id: str, seed: int, fields: dict[str, Any]) -> dict[str, Any]:

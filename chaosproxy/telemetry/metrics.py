@@ -6,6 +6,7 @@ without a control API pays nothing, and every number here agrees with the log fi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +67,5 @@ class LogMetrics:
         for rule in [rule for rule in self._series if rule not in kept]:
             for labels in self._series.pop(rule):
                 metric = self.faults if len(labels) == 3 else self.errors
-                try:
+                with contextlib.suppress(KeyError):
                     metric.remove(*labels)
-                except KeyError:
-                    pass

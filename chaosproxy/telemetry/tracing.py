@@ -179,7 +179,8 @@ def export_requested(flag: bool = False, environ: Mapping[str, str] = os.environ
 
 
 def from_environment(flag: bool, *, run_id: str, seed: int) -> Tracing:
-    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.telemetry.otlp not even imported)."""
+    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.telemetry.otlp not
+    even imported)."""
     if not export_requested(flag):
         return NO_TRACING
     return OtlpTracing(run_id=run_id, seed=seed)

@@ -397,7 +397,8 @@ class Inspection:
         payload = llm.relay_body(plain, status, view) if llm is not None \
             else self.relay.relay_body(plain, msg, view, replaced, self.call.faults)
         if "Content-Type" in replaced:
-            headers = [*without(headers, b"content-type"), (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
+            headers = [*without(headers, b"content-type"),
+                       (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
         elif plain is not raw and payload == plain:  # nothing changed it: the agent gets what was sent
             return raw, sent
         return payload, headers

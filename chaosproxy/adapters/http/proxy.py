@@ -71,8 +71,9 @@ class HttpProxy:
         self.max_message_bytes = max_message_bytes
         routes = {"/": upstream} if isinstance(upstream, str) else upstream
         # longest prefix first, so /a/b wins over /a and / catches the rest
-        self.routes = sorted((Route(prefix, url, engine, transport, upstream_timeout) for prefix, url in routes.items()),
-                             key=lambda route: len(route.prefix), reverse=True)
+        self.routes = sorted(
+            (Route(prefix, url, engine, transport, upstream_timeout) for prefix, url in routes.items()),
+            key=lambda route: len(route.prefix), reverse=True)
         self._listener: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(upstream_timeout)
@@ -373,7 +374,8 @@ def _reason(status: int) -> bytes:
 
 def _upstream_error(upstream: str, exc: BaseException, timed_out: bool) -> Respond:
     what = "timed out" if timed_out else "unreachable"
-    body = orjson.dumps({"error": {"code": 504 if timed_out else 502, "message": f"chaosproxy: upstream {upstream} {what}",
+    body = orjson.dumps({"error": {"code": 504 if timed_out else 502,
+                                   "message": f"chaosproxy: upstream {upstream} {what}",
                                    "detail": str(exc) or type(exc).__name__}})
     return Respond(504 if timed_out else 502, body, {
         "Content-Type": "application/json", "X-Chaosproxy-Error": f"upstream-{what.replace('timed out', 'timeout')}"})
