@@ -107,17 +107,18 @@ class JsonRpcRelay:
         return Respond(200, body, {"Content-Type": "application/json"})
 
     def relay_message(self, payload: bytes, request: Message, session: str | None = None,
-                      headers: Mapping[str, str] | None = None, faults: list[str] | None = None) -> list[bytes]:
-        """Decide on one JSON-RPC message (or plain body) from upstream; returns what to send in its
-        place: usually one payload, preceded by any notifications a fault sends the agent; only those
-        when a fault dropped it.
+                      headers: Mapping[str, str] | None = None,
+                      faults: list[str] | None = None) -> tuple[list[bytes], bytes | None]:
+        """Decide on one JSON-RPC message (or plain body) from upstream; returns what to send: the
+        notifications a fault sends the agent first, then the payload in the message's place (None
+        when a fault dropped the message).
 
         `request` is the HTTP request whose response carries the message; `session` overrides its
         session (a legacy GET stream learns its session from the endpoint event). A reply on a POST's
         own response answers that POST; only on a GET stream is it looked up among pending requests.
         """
         if not self.watching:
-            return [payload]
+            return [], payload
         session = session or request.session
         msg = Message(self.transport, Phase.RESPONSE, session=session, http_method=request.http_method,
                       path=request.path, headers=headers, body=payload, route=request.route)
@@ -134,28 +135,29 @@ class JsonRpcRelay:
         for fired in fired_all:
             match fired.action:
                 case Garble(raw):
-                    return [*before, raw]
+                    return before, raw
                 case Reply(message):
-                    return [*before, orjson.dumps(message)]
+                    return before, orjson.dumps(message)
                 case Notify(message):
                     before.append(orjson.dumps(message))
                 case Drop():
-                    return before
-        return [*before, msg.body or payload]
+                    return before, None
+        return before, msg.body or payload
 
     def relay_body(self, payload: bytes, request: Message, headers: Mapping[str, str],
                    replaced: MutableMapping[str, str] | None = None, faults: list[str] | None = None) -> bytes:
         """A whole JSON (or plain) body through relay_message. Notifications a fault adds turn a JSON
         reply into an SSE stream, as a streamable HTTP server may answer any POST: the new
         Content-Type goes to `replaced` (to `headers` itself when `replaced` is None)."""
-        sent = self.relay_message(payload, request, headers=headers, faults=faults)
-        if len(sent) < 2:
-            return sent[0] if sent else b""
+        before, body = self.relay_message(payload, request, headers=headers, faults=faults)
+        if not before:
+            return body or b""  # (a dropped body: nothing in its place)
         if "text/event-stream" not in request.headers.get("Accept", ""):
             ops.warning("a notification for %s was dropped: the client accepts no event stream", request.path)
-            return body
+            return body or b""
         (replaced if replaced is not None else headers)["Content-Type"] = "text/event-stream"  # type: ignore[index]
-        return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in sent)
+        frames = [*before, body] if body is not None else before
+        return b"".join(b"event: message\ndata: " + frame + b"\n\n" for frame in frames)
 
     async def relay_events(self, chunks: AsyncIterator[bytes], request: Message, faults: list[str] | None = None,
                            max_event: int = MAX_EVENT) -> AsyncIterator[bytes]:
@@ -200,8 +202,8 @@ class JsonRpcRelay:
         data = streams.sse_data(frame)
         if data is None:
             return frame
-        *before, new = self.relay_message(data, request, session, faults=faults)
-        frame = frame if new is data else streams.sse_with_data(frame, new)
+        before, new = self.relay_message(data, request, session, faults=faults)
+        frame = frame if new is data else b"" if new is None else streams.sse_with_data(frame, new)
         return b"".join(b"event: message\ndata: " + note + b"\n\n" for note in before) + frame
 
     def _endpoint(self, frame: bytes, session: str) -> tuple[bytes, str]:

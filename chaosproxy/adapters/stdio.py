@@ -29,6 +29,7 @@ from chaosproxy.engine.actions import (
     Action,
     Delay,
     Drip,
+    Drop,
     Garble,
     Hang,
     Notify,
@@ -491,6 +492,8 @@ class StdioRelay:
                     return self._finish(call, "fault_response")
                 case Garble(raw):  # the raw bytes take the line's place; its newline still ends them
                     payload = raw + newline
+                case Drop():  # nothing takes its place (the notifications a fault sent before it went)
+                    return self._finish(call, "dropped")
                 case Notify(message):
                     await pipe.send(orjson.dumps(message) + b"\n")
                 case Drip():

@@ -79,6 +79,9 @@ class Rewrite:
 
     message: dict[str, Any]
     effect: dict[str, Any] = field(default_factory=dict, compare=False)
+    # Mirrored headers (lower-case name: value) to send as given instead of as the body says: a fault
+    # that makes them disagree with the body (the 2026 era's -32020). Only headers the request carries.
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,11 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
+class Drop:
+    """Deliver nothing in the message's place: the agent never receives it (a notification lost on the way)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Skip:
     """Not an action: the fault matched but cannot act on this payload (an image, a binary body).
 
@@ -107,10 +115,10 @@ class Skip:
     reason: str
 
 
-Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble | Notify
+Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble | Notify | Drop
 
 
 def ends_exchange(action: Action) -> bool:
     """True when nothing after this action reaches the agent, so later rules cannot act."""
-    return isinstance(action, Respond | Reset | Reply | Garble) or (
+    return isinstance(action, Respond | Reset | Reply | Garble | Drop) or (
         isinstance(action, Hang) and action.release_after is None)

@@ -505,7 +505,7 @@ class Engine:
         for reason in ctx.skipped:  # what the fault left alone of what it changed
             self._log_skip(rule, msg, reason)
         if isinstance(action, Rewrite):
-            msg.replace(action.message)
+            msg.replace(action.message, action.headers)
         elif isinstance(action, Garble) and msg.rpc is None and rule.fault.level is Level.CONTENT:
             msg.body = action.raw  # a REST body perturbed: later content rules perturb it further
         return Fired(rule, rule.fault, action)
@@ -572,8 +572,8 @@ def _learn_tools(view: AgentView, tools: list[Any]) -> None:
 def _changes_nothing(action: Action, msg: Message) -> bool:
     """True for a rewrite that leaves the message as it was: such a fault did not fire."""
     match action:
-        case Rewrite(message=message):
-            return message == msg.rpc
+        case Rewrite(message=message, headers=headers):
+            return not headers and message == msg.rpc
         case Garble(raw=raw):
             return raw == msg.body
     return False

@@ -31,7 +31,7 @@ class Message:
     """
 
     __slots__ = ("transport", "phase", "session", "http_method", "path", "headers", "status",
-                 "body", "request", "route", "api", "model", "turn", "trace", "_rpc")
+                 "body", "request", "route", "api", "model", "turn", "trace", "mirrored", "_rpc")
 
     def __init__(self, transport: str, phase: Phase, *, session: str = "-",
                  http_method: str | None = None, path: str | None = None,
@@ -54,6 +54,7 @@ class Message:
         self.turn: int | None = None
         self._rpc: Any = _UNPARSED
         self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.telemetry.tracing)
+        self.mirrored: dict[str, str] | None = None  # mirrored headers a fault set apart from the body (Rewrite.headers)
 
     @property
     def rpc(self) -> dict[str, Any] | None:
@@ -62,10 +63,13 @@ class Message:
             self._rpc = parse_rpc(self.body) if self.body else None
         return self._rpc
 
-    def replace(self, rpc: dict[str, Any]) -> None:
-        """Make this message carry `rpc` instead (a fault rewrote it); `body` is re-serialized."""
+    def replace(self, rpc: dict[str, Any], mirrored: Mapping[str, str] | None = None) -> None:
+        """Make this message carry `rpc` instead (a fault rewrote it); `body` is re-serialized. `mirrored`:
+        headers that are to say something else than the body (see `mirrored_headers`)."""
         self._rpc = rpc
         self.body = orjson.dumps(rpc)
+        if mirrored:
+            self.mirrored = {**(self.mirrored or {}), **mirrored}
 
     @property
     def parsed(self) -> bool:
@@ -137,6 +141,7 @@ _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 def mirrored_headers(msg: Message) -> dict[str, str]:
     """The 2026-era headers that mirror a JSON-RPC request's body (`Mcp-Name`, `Mcp-Method`), by lower-case
     name, as the body now says. What the body says is the agent's: only a valid header value (printable
-    ASCII) is given, so that no header line of the agent's making is written upstream."""
-    mirrored = {"mcp-name": msg.tool, "mcp-method": msg.method}
+    ASCII) is given, so that no header line of the agent's making is written upstream. A fault that made
+    them disagree with the body (`msg.mirrored`) has the last word."""
+    mirrored = {"mcp-name": msg.tool, "mcp-method": msg.method} | (msg.mirrored or {})
     return {name: value for name, value in mirrored.items() if value is not None and _HEADER_VALUE.fullmatch(value)}
