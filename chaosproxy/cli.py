@@ -17,6 +17,7 @@ from typing import Any
 
 from chaosproxy import __version__
 from chaosproxy.adapters import compiled
+from chaosproxy.cassette import command as cassette_command
 from chaosproxy.drill import command as drill_command
 from chaosproxy.engine.scenario import (
     Scenario,
@@ -26,6 +27,7 @@ from chaosproxy.engine.scenario import (
     order_warnings,
     read_text,
 )
+from chaosproxy.harness import command as inspect_command
 from chaosproxy.report import command as report_command
 from chaosproxy.telemetry.log import ops, setup_operational_log
 from chaosproxy.telemetry.redact import redacted_url
@@ -67,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
     run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
                      metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
-    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT", "300")),
+    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT") or 300),
                      metavar="SECONDS", help="give up on an upstream that takes longer to accept a connection or "
                                              "to send a response head: 504 (default 300)")
-    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB", "16")), metavar="MIB",
+    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB") or 16), metavar="MIB",
                      help="the largest body or SSE event rules look inside; larger ones pass as they are (default 16)")
     run.add_argument("--max-header-line", type=_positive(int), default=_env("MAX_HEADER_LINE", "8192"),
                      metavar="BYTES", help="the longest request line or header line an agent may send: 431 beyond "
@@ -83,12 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keepalive-timeout", type=_positive(float), default=_env("KEEPALIVE_TIMEOUT", "75"),
                      metavar="SECONDS", help="close an agent's connection idle this long between requests "
                                              "(default 75, as nginx)")
+    run.add_argument("--replay-cassette", type=Path, metavar="DIR",
+                     help="the upstream is this cassette, replayed (chaosproxy replay), instead of --upstream")
     _add_run_options(run)
+    cassette_command.add_record_arguments(run)
 
     stdio = sub.add_parser(
         "stdio", help="run an MCP server command and relay its stdio, injecting faults",
         usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] -- COMMAND [ARGS...]")
     _add_run_options(stdio)
+    cassette_command.add_record_arguments(stdio)
     stdio.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                        help="the MCP server command, exactly as the agent's MCP config gives it")
 
@@ -128,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
+    inspect_command.add_arguments(sub.add_parser(
+        "import-inspect", help="an Inspect AI eval of a chaos task as a drill's folder (report, merge, gates)",
+        description=inspect_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    cassette_command.add_replay_arguments(sub.add_parser(
+        "replay", help="serve a cassette (recorded with --record, or VCR.py's) as the upstream",
+        description=cassette_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter), _listen_address)
+    cassette_command.add_cassette_arguments(sub.add_parser(
+        "cassette", help="compare a cassette with the live upstream (drift); convert VCR.py cassettes",
+        description=cassette_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter), _upstream_url)
     return parser
 
 
@@ -241,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
             return report_command.report_main(args)
         case "export":
             return report_command.export_main(args)
+        case "import-inspect":
+            return inspect_command.main(args)
+        case "replay":
+            return cassette_command.replay_main(args)
+        case "cassette":
+            return cassette_command.cassette_main(args)
     return EXIT_INVALID
 
 
@@ -250,18 +271,26 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         scenario = load_scenario(args.scenario, args.scenario_dirs) if args.scenario else Scenario()
+        replayed = cassette_command.replayed_upstream(args)
         from_env = [_route(r) for r in (_env("ROUTES") or "").split(",") if r.strip()] if not args.routes else []
-        routes = _routes(scenario.routes, args.routes or from_env, args.upstream)
+        routes = _routes(scenario.routes, args.routes or from_env, replayed.url if replayed else args.upstream)
+        recorder = cassette_command.http_recorder(args, list(routes.values()))
     except (ScenarioError, ValueError, argparse.ArgumentTypeError) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     targets = ", ".join(f"{prefix} {redacted_url(url)}" for prefix, url in routes.items())
     limits = ClientLimits(max_line=args.max_header_line, max_head=args.max_head,
                           head_timeout=args.client_header_timeout, idle_timeout=args.keepalive_timeout)
-    return _serve(args, scenario, lambda engine: HttpProxy(engine, routes, upstream_timeout=args.upstream_timeout,
-                                                           max_message_bytes=int(args.max_message_mib * (1 << 20)),
-                                                           limits=limits),
-                  lambda host, port: f"listening on http://{host}:{port} -> {targets}")
+
+    def make_proxy(engine: Any) -> Any:
+        return HttpProxy(engine, routes, upstream_timeout=args.upstream_timeout,
+                         max_message_bytes=int(args.max_message_mib * (1 << 20)), limits=limits, recorder=recorder)
+    try:
+        return _serve(args, scenario, replayed.fronted(make_proxy) if replayed else make_proxy,
+                      lambda host, port: f"listening on http://{host}:{port} -> {targets}")
+    finally:
+        if recorder is not None:
+            recorder.close()
 
 
 def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[Any], Any],
@@ -378,7 +407,9 @@ def _stdio(args: argparse.Namespace) -> int:
         print("chaosproxy stdio: give the server command after --, e.g.\n"
               "  chaosproxy stdio -- npx -y @modelcontextprotocol/server-everything", file=sys.stderr)
         return EXIT_INVALID
+    recorder = None
     try:
+        recorder = cassette_command.stdio_recorder(args, command)
         with open_engine(args.scenario, seed=args.seed, log_path=args.log, otel=args.otel,
                          scenario_dirs=args.scenario_dirs, session_ttl=args.session_ttl,
                          max_sessions=args.max_sessions) as engine:
@@ -389,9 +420,9 @@ def _stdio(args: argparse.Namespace) -> int:
                     server = spawn(command)  # inside: a refused control setting leaves no child behind
                     ops.info("stdio: relaying to %s (pid %d, seed %d, %d rules)", command[0], server.pid,
                              engine.seed, len(engine.scenario.rules))
-                    return await StdioRelay(engine, server).run(agent_in, agent_out)
+                    return await StdioRelay(engine, server, recorder=recorder).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, _control_config_error()) as exc:
+    except (ScenarioError, cassette_command.CassetteError, _control_config_error()) as exc:
         print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:
@@ -400,6 +431,9 @@ def _stdio(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"chaosproxy stdio: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if recorder is not None:
+            recorder.close()
 
 
 def _mitm(args: argparse.Namespace) -> int:

@@ -269,7 +269,7 @@ class Body:
     def pipe(self, write: Callable[[bytes], None], end: Callable[[Headers], None]) -> None:
         """From now on, push every piece to `write` and the end to `end` (what was buffered first)."""
         while self._pieces:
-            write(self._pieces.popleft())  # type: ignore[union-attr]
+            write(self._pieces.popleft())
         self._size = 0
         self._pipe = write
         if self.done and self.error is None:
@@ -304,7 +304,7 @@ class Body:
                 await self._waiter
             finally:
                 self._waiter = None
-        piece = self._pieces.popleft()  # type: ignore[union-attr]
+        piece = self._pieces.popleft()
         self._size -= len(piece)
         if self._size < LOW_WATER:
             self._resume_producer()
@@ -967,11 +967,22 @@ class ResponseSink(Protocol):
 AS_IS_NEVER, AS_IS_NO_EVENTS, AS_IS = 0, 1, 2  # ResponseSink.as_is
 
 
+class ByteTap(Protocol):
+    """Who watches the bytes of upstream connections (a cassette recorder): each piece sent and received
+    as it goes, and the connection's end. Every path to an upstream writes and reads through
+    UpstreamConnection, so one tap there sees all of them; with none set (the default) it costs a check."""
+
+    def sent(self, conn: UpstreamConnection, data: bytes) -> None: ...
+    def received(self, conn: UpstreamConnection, data: bytes) -> None: ...
+    def closed(self, conn: UpstreamConnection) -> None: ...
+
+
 class UpstreamConnection(_Wire):
     """One keep-alive connection to an upstream; it serves one request at a time for a `sink`."""
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
+        self.tap = pool.tap
         self.parser = httptools.HttpResponseParser(self)
         self.sink: ResponseSink | None = None
         self.head_request = False
@@ -1025,6 +1036,8 @@ class UpstreamConnection(_Wire):
             self.resume_reading()
 
     def send(self, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap.sent(self, data)
         if self._out is not None:
             self._out.append(data)
         elif not self.closed and not self.transport.is_closing():
@@ -1040,6 +1053,8 @@ class UpstreamConnection(_Wire):
         return UpstreamError("the upstream closed the connection") if self.closed else None
 
     def data_received(self, data: bytes) -> None:
+        if self.tap is not None:
+            self.tap.received(self, data)
         if self.upgraded:
             self._to_tunnel(data)
             return
@@ -1114,6 +1129,8 @@ class UpstreamConnection(_Wire):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
+        if self.tap is not None:
+            self.tap.closed(self)
         if self.upgraded:
             if self.tunnel is not None:
                 self.tunnel.transport.close()
@@ -1239,6 +1256,7 @@ class UpstreamPool:
         self.port = port
         self.connect_timeout = connect_timeout
         self.idle: list[UpstreamConnection] = []
+        self.tap: ByteTap | None = None  # each new connection's (recording: `chaosproxy run --record`)
 
     def take_idle(self) -> UpstreamConnection | None:
         while self.idle:

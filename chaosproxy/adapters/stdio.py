@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -147,10 +147,12 @@ class _Call:
 
 class _Pipe:
     """The write end of one direction. Frames go out whole (a drip holds the pipe, as a slow pipe
-    would), and a reader that went away closes the pipe instead of failing the relay."""
+    would), and a reader that went away closes the pipe instead of failing the relay. `tap`, when
+    given, is handed what goes out (a recording)."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, tap: Callable[[bytes], None] | None = None) -> None:
         self._writer = writer
+        self.tap = tap
         self.lock = asyncio.Lock()  # held while one frame is going out
 
     async def send(self, data: bytes, drip: Drip | None = None) -> None:
@@ -161,6 +163,8 @@ class _Pipe:
         """`send` for a caller that holds the lock already (a long line going out piece by piece)."""
         if not data:
             return
+        if self.tap is not None:
+            self.tap(data)
         size, delay = (len(data), 0.0) if drip is None else (drip.chunk_bytes, drip.delay)
         try:
             for start in range(0, len(data), size):
@@ -256,12 +260,20 @@ async def _after(before: asyncio.Task[None] | None, work: Callable[[], Awaitable
     await work()
 
 
+class FrameRecorder(Protocol):
+    """Who records a stdio session (a cassette): `frame("client", data)` what reached the server, `frame("server",
+    data)` what it wrote, in pieces as they went."""
+
+    def frame(self, side: str, data: bytes) -> None: ...
+
+
 class StdioRelay:
     """One agent, one server process: relays lines both ways and carries out the engine's decisions."""
 
     def __init__(self, engine: Engine, server: ServerProcess, *, session: str = SESSION,
-                 close_grace: float = CLOSE_GRACE) -> None:
+                 close_grace: float = CLOSE_GRACE, recorder: FrameRecorder | None = None) -> None:
         self.engine = engine
+        self.recorder = recorder
         self.server = server
         self.session = session
         self.close_grace = close_grace
@@ -285,8 +297,12 @@ class StdioRelay:
         agent_lines, agent_reading = await _open_reader(open(in_fd, "rb", buffering=0))  # noqa: SIM115
         self._to_agent = _Pipe(await _open_writer(open(out_fd, "wb", buffering=0)))  # noqa: SIM115
         assert self.server.stdin is not None and self.server.stdout is not None
-        self._to_server = _Pipe(await _open_writer(self.server.stdin))
+        recorder = self.recorder
+        self._to_server = _Pipe(await _open_writer(self.server.stdin),
+                                functools.partial(recorder.frame, "client") if recorder is not None else None)
         server_lines, _ = await _open_reader(self.server.stdout)
+        if recorder is not None:
+            server_lines = _tapped(server_lines, functools.partial(recorder.frame, "server"))
 
         exited = asyncio.ensure_future(asyncio.to_thread(self.server.wait))
         requests = asyncio.create_task(self._pump(agent_lines, Phase.REQUEST))
@@ -588,6 +604,14 @@ async def _lines(reader: asyncio.StreamReader, limit: int = MAX_LINE) -> AsyncIt
         except OSError:
             return
         yield parts[0] if len(parts) == 1 else b"".join(parts), True
+
+
+async def _tapped(lines: AsyncIterator[tuple[bytes, bool]],
+                  tap: Callable[[bytes], None]) -> AsyncIterator[tuple[bytes, bool]]:
+    """`lines`, each handed to `tap` as it is read (before any fault acts on it)."""
+    async for line, whole in lines:
+        tap(line)
+        yield line, whole
 
 
 async def _open_reader(pipe: IO[bytes]) -> tuple[AsyncIterator[bytes], asyncio.BaseTransport]:

@@ -12,6 +12,7 @@ from http import HTTPStatus
 import orjson
 
 from chaosproxy.adapters.h1 import (
+    ByteTap,
     ClientConnection,
     ClientExchange,
     ClientLimits,
@@ -60,7 +61,8 @@ class HttpProxy:
 
     def __init__(self, engine: Engine, upstream: str | Mapping[str, str], *, transport: str = "http",
                  upstream_timeout: float = UPSTREAM_TIMEOUT, max_message_bytes: int = RULE_BODY_LIMIT,
-                 limits: ClientLimits | None = None) -> None:
+                 limits: ClientLimits | None = None, recorder: ByteTap | None = None) -> None:
+        """`recorder`: watches every byte exchanged with the upstreams (a cassette's recorder); None costs nothing."""
         self.engine = engine
         self.limits = limits or ClientLimits()
         self.failures = Throttle()  # an upstream that is down gets a line every 10 s, not one per request
@@ -74,6 +76,8 @@ class HttpProxy:
         self.routes = sorted(
             (Route(prefix, url, engine, transport, upstream_timeout) for prefix, url in routes.items()),
             key=lambda route: len(route.prefix), reverse=True)
+        for route in self.routes:
+            route.pool.tap = recorder
         self._listener: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.deadlines = Deadlines(upstream_timeout)

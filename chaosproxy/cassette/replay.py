@@ -1,0 +1,442 @@
+"""Replay: a cassette served as the upstream, over HTTP (on the data plane's own wire, h1) or stdio.
+
+Each request is matched to a recorded one (chaosproxy.cassette.match) and gets its recorded answer, with
+what was volatile put back as the live request has it: the JSON-RPC ids and progress tokens of its
+messages, and the MCP session (a replayed `initialize` hands out a fresh session id, and each session
+goes through the cassette on its own). Streams keep their recorded timing, scaled by `speed` (None: no
+waits at all). A request the cassette does not hold gets a clear error naming the closest recorded
+one: a JSON-RPC error for a JSON-RPC call, else a 404, never another exchange's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from chaosproxy.adapters.h1 import (
+    NO_BODY_STATUSES,
+    ClientConnection,
+    ClientExchange,
+    ClientLimits,
+    Headers,
+    Listener,
+)
+from chaosproxy.cassette.format import Cassette, Event, Exchange, Frame
+from chaosproxy.cassette.match import Index, Key, frame_key, no_match_message, request_key
+from chaosproxy.cassette.redact import Redactor
+from chaosproxy.protocols.streams import sse_data, sse_with_data
+from chaosproxy.telemetry.log import ops
+
+NO_MATCH = -32050  # the JSON-RPC error code of a request the cassette does not hold
+MAX_BODY = 16 << 20  # a larger request body is answered 413: no recorded request is matched on it
+FRAMING = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+KEPT_UNMATCHED = 100  # the newest unmatched requests kept for whoever asks (tests, the pytest fixture)
+SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass(slots=True)
+class Answer:
+    """A recorded response, with the live request's ids and session put in."""
+
+    status: int
+    reason: bytes
+    headers: Headers
+    body: bytes
+    events: list[Event] | None
+    t_head: float
+    t_end: float
+    end: str
+    length: int | None  # None: sent chunked (a stream, or as recorded)
+
+
+class Swaps:
+    """What the live request calls what the recorded one called otherwise: JSON-RPC ids and progress tokens."""
+
+    def __init__(self, recorded: Any, live: Any) -> None:
+        self.ids: dict[Any, Any] = {}
+        self.tokens: dict[Any, Any] = {}
+        pairs = zip(recorded, live, strict=False) if isinstance(recorded, list) and isinstance(live, list) else \
+            [(recorded, live)]
+        for old, new in pairs:
+            if not isinstance(old, dict) or not isinstance(new, dict):
+                continue
+            if "id" in old and "id" in new and old["id"] != new["id"]:
+                self.ids[_hashable(old["id"])] = new["id"]
+            old_token, new_token = _progress_token(old), _progress_token(new)
+            if old_token is not None and new_token is not None and old_token != new_token:
+                self.tokens[_hashable(old_token)] = new_token
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.tokens)
+
+    def message(self, message: Any) -> bool:
+        """Put the live ids into one message; True when it changed."""
+        if not isinstance(message, dict):
+            return False
+        if "method" not in message and "id" in message and (key := _hashable(message["id"])) in self.ids:
+            message["id"] = self.ids[key]
+            return True
+        params = message.get("params")
+        if message.get("method") == "notifications/progress" and isinstance(params, dict) and \
+                (key := _hashable(params.get("progressToken"))) in self.tokens:
+            params["progressToken"] = self.tokens[key]
+            return True
+        return False
+
+    def json(self, data: bytes) -> bytes:
+        """A JSON body or event data with the live ids in (as it was when nothing changed)."""
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return data
+        changed = any([self.message(item) for item in value]) if isinstance(value, list) else self.message(value)
+        return orjson.dumps(value) if changed else data
+
+    def event(self, event: bytes) -> bytes:
+        data = sse_data(event)
+        if data is None:
+            return event
+        swapped = self.json(data)
+        return event if swapped is data else sse_with_data(event, swapped)
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | None) else orjson.dumps(value)
+
+
+def _progress_token(message: dict[str, Any]) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+class HttpReplay:
+    """The HTTP cassette's answers, whatever serves them: matching, sessions and what went unmatched."""
+
+    def __init__(self, cassette: Cassette) -> None:
+        self.cassette = cassette
+        self.redactor = Redactor(cassette.extra_redactions)
+        self.index: Index[Exchange] = Index([(self.key(exchange.request.method, exchange.request.target,
+                                                       exchange.request.body), exchange)
+                                             for exchange in cassette.exchanges])
+        self.sessions: dict[str, None] = {}  # the session ids this replay handed out, newest last (bounded)
+        self.unmatched: list[str] = []  # the newest KEPT_UNMATCHED
+        self.unmatched_count = 0
+        self.served = 0
+
+    def key(self, method: str, target: str, body: bytes) -> Key:
+        return request_key(method, target, body, self.redactor)
+
+    def answer(self, method: str, target: str, session: str | None, body: bytes) -> Answer | str:
+        """The recorded answer to a live request, or the error message saying why there is none."""
+        key = self.key(method, target, body)
+        scope = session if session is not None and session in self.sessions else ""
+        exchange = self.index.take(key, scope)
+        if exchange is None:
+            message = no_match_message(key, self.index.closest(key))
+            self.unmatched_count += 1
+            self.unmatched = [*self.unmatched[-(KEPT_UNMATCHED - 1):], message]
+            return message
+        self.served += 1
+        return self._fill(exchange, method, session, body)
+
+    def _fill(self, exchange: Exchange, method: str, session: str | None, body: bytes) -> Answer:
+        recorded = exchange.response
+        swaps = Swaps(_json(exchange.request.body), _json(body)) if body and exchange.request.body else None
+        headers: Headers = []
+        chunked = False
+        length_header: str | None = None
+        for name, value in recorded.headers:
+            lower = name.lower()
+            if lower in FRAMING:
+                chunked = chunked or (lower == "transfer-encoding" and "chunked" in value.lower())
+                length_header = value if lower == "content-length" else length_header
+                continue
+            if lower == SESSION_HEADER:
+                value = session if session is not None else self._new_session()
+            headers.append((name.encode("latin-1"), value.encode("latin-1")))
+        events, payload = recorded.events, recorded.body
+        if swaps:
+            if events is not None:
+                events = [Event(event.t, swaps.event(event.data)) for event in events]
+            else:
+                payload = swaps.json(payload)
+        length: int | None = None
+        if events is None and not chunked:
+            length = int(length_header) if method == "HEAD" and length_header and length_header.isdigit() \
+                else len(payload)
+        return Answer(recorded.status, recorded.reason.encode("latin-1"), headers, payload, events,
+                      recorded.t_head, recorded.t_end, recorded.end, length)
+
+    def _new_session(self) -> str:
+        session = uuid.uuid4().hex
+        self.sessions[session] = None
+        if len(self.sessions) > 10_000:
+            del self.sessions[next(iter(self.sessions))]
+        return session
+
+
+class ReplayServer:
+    """A cassette served over HTTP as the upstream: the data plane's wire (h1) with the replay as its handler.
+
+    Requests are answered by callbacks; a task runs only to keep a recorded timing (speed not None).
+    """
+
+    session_header = SESSION_HEADER.encode()
+
+    def __init__(self, cassette: Cassette, *, speed: float | None = 1.0) -> None:
+        self.replay = HttpReplay(cassette)
+        self.speed = speed
+        self.limits = ClientLimits()
+        self.connections: set[ClientConnection] = set()
+        self._listener: Listener | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sock: socket.socket | None = None
+
+    def bind(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Take the listening socket now (its port known before the loop runs); `start` serves it."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, port), family=family, backlog=1024)
+        return int(self.sock.getsockname()[1])
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        if self.sock is None:
+            self.bind(host, port)
+        assert self.sock is not None
+        self._listener = Listener(self, self.sock)
+        return int(self.sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=1)
+        for conn in list(self.connections):
+            conn.transport.close()
+
+    # h1.Handler
+    def relay_plain(self, client: ClientConnection, target: bytes, headers: Headers,
+                    piece: bytes) -> ClientExchange | None:
+        return None  # every request is answered by `handle`
+
+    def handle(self, exchange: ClientExchange) -> None:
+        pieces: list[bytes] = []
+        size = [0]
+
+        def take(data: bytes) -> None:
+            size[0] += len(data)
+            if size[0] <= MAX_BODY:
+                pieces.append(data)
+
+        def ended(_: Headers) -> None:
+            try:
+                self._answer(exchange, b"".join(pieces), size[0])
+            except Exception:  # never a request left unanswered, nor a 500 for the replay's own failure
+                ops.exception("replay: answering %s %s failed", exchange.head.method, exchange.head.target)
+                self._error(exchange, 502, "chaosproxy replay: internal error (see its log)", None)
+
+        exchange.body.pipe(take, ended)
+
+    def _answer(self, exchange: ClientExchange, body: bytes, size: int) -> None:
+        head = exchange.head
+        if size > MAX_BODY:
+            self._error(exchange, 413, f"chaosproxy replay: a request body over {MAX_BODY >> 20} MiB", None)
+            return
+        session = head.get(self.session_header)
+        answer = self.replay.answer(head.method, head.target.decode("latin-1"),
+                                    session.decode("latin-1") if session is not None else None, body)
+        if isinstance(answer, str):
+            ops.warning("%s", answer)
+            self._error(exchange, 404, answer, body)
+        elif self.speed is None:
+            self._send_now(exchange, answer)
+        else:
+            task = asyncio.get_running_loop().create_task(self._send_timed(exchange, answer, self.speed))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            exchange.on_client_gone = task.cancel
+
+    def _send_now(self, exchange: ClientExchange, answer: Answer) -> None:
+        conn = exchange.conn
+        conn.cork()
+        exchange.start(answer.status, answer.reason, answer.headers, answer.length)
+        if answer.events is not None:
+            for event in answer.events:
+                exchange.write(event.data)
+        else:
+            exchange.write(answer.body)
+        conn.uncork()
+        self._end(exchange, answer)
+
+    async def _send_timed(self, exchange: ClientExchange, answer: Answer, speed: float) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        async def at(t: float) -> None:
+            if (wait := began + t / speed - loop.time()) > 0:
+                await asyncio.sleep(wait)
+
+        try:
+            await at(answer.t_head)
+            exchange.start(answer.status, answer.reason, answer.headers, answer.length)
+            if answer.events is not None:
+                for event in answer.events:
+                    await at(event.t)
+                    exchange.write(event.data)
+                    await exchange.drain()
+            else:
+                await at(answer.t_end)
+                exchange.write(answer.body)
+            self._end(exchange, answer)
+        except (asyncio.CancelledError, ConnectionError):
+            exchange.abort()
+
+    def _end(self, exchange: ClientExchange, answer: Answer) -> None:
+        """As the recorded response ended: whole, cut by the upstream, or still open when recording stopped
+        (held open until the client leaves)."""
+        if answer.end == "complete" or answer.status in NO_BODY_STATUSES:
+            exchange.end()
+        elif answer.end == "cut":
+            exchange.abort()
+
+    def _error(self, exchange: ClientExchange, status: int, message: str, body: bytes | None) -> None:
+        """No recorded answer: a JSON-RPC error for a JSON-RPC call, else `status` with a JSON error."""
+        request = _json(body) if body else None
+        if isinstance(request, dict) and request.get("jsonrpc") == "2.0" and "method" in request:
+            if "id" not in request:  # a notification has no answer to carry an error
+                self._reply(exchange, 202, b"", b"")
+                return
+            payload = orjson.dumps({"jsonrpc": "2.0", "id": request["id"],
+                                    "error": {"code": NO_MATCH, "message": message}})
+            self._reply(exchange, 200, payload, b"application/json")
+            return
+        payload = orjson.dumps({"error": {"code": status, "message": message, "type": "chaosproxy_replay"}})
+        self._reply(exchange, status, payload, b"application/json")
+
+    @staticmethod
+    def _reply(exchange: ClientExchange, status: int, payload: bytes, content_type: bytes) -> None:
+        if exchange.gone:
+            return
+        headers: Headers = [(b"X-Chaosproxy-Error", b"replay-no-match")]
+        if content_type:
+            headers.append((b"Content-Type", content_type))
+        exchange.start(status, _REASONS.get(status, b"Error"), headers, len(payload))
+        exchange.write(payload)
+        exchange.end()
+
+
+_REASONS = {200: b"OK", 202: b"Accepted", 404: b"Not Found", 413: b"Content Too Large", 502: b"Bad Gateway"}
+
+
+# stdio
+
+@dataclass(slots=True)
+class _Turn:
+    """A client frame and the server frames that answered it, each `dt` seconds after it."""
+
+    request: Any
+    answers: list[tuple[float, Frame]]
+
+
+class StdioReplay:
+    """A stdio cassette served as the server: the client's lines in, the recorded server lines out.
+
+    Server lines are attributed when the cassette is read: a reply to the request with its id, anything
+    else (notifications, the server's own requests) to the request still open most recently, else to the
+    last client line; lines before any client line are sent at start.
+    """
+
+    def __init__(self, cassette: Cassette, *, speed: float | None = 1.0) -> None:
+        self.redactor = Redactor(cassette.extra_redactions)
+        self.speed = speed
+        self.startup: list[tuple[float, Frame]] = []
+        self.unmatched: list[str] = []
+        turns: list[tuple[Key, _Turn]] = []
+        open_requests: dict[Any, _Turn] = {}
+        began: dict[int, float] = {}
+        last: _Turn | None = None
+        for frame in cassette.frames:
+            message = _json(frame.data)
+            if frame.side == "client":
+                if not isinstance(message, dict) or "method" not in message:
+                    continue  # a reply to the server's request: nothing answers it
+                last = _Turn(message, [])
+                began[id(last)] = frame.t
+                turns.append((frame_key(message), last))
+                if "id" in message:
+                    open_requests[_hashable(message["id"])] = last
+                continue
+            is_reply = isinstance(message, dict) and "method" not in message and "id" in message
+            turn = open_requests.pop(_hashable(message["id"]), None) if is_reply else None
+            if turn is None:
+                turn = next(reversed(open_requests.values()), None) or last
+            if turn is None:
+                self.startup.append((frame.t, frame))
+            else:
+                turn.answers.append((frame.t - began[id(turn)], frame))
+        self.index: Index[_Turn] = Index(turns)
+        self.longest = max((dt for _, turn in turns for dt, _ in turn.answers), default=0.0)
+
+    async def serve(self, read_line: Callable[[], Any], write: Callable[[bytes], Any]) -> int:
+        """Answer lines from `read_line` (b"" at the end) by `write`; returns once the client hangs up
+        and what was due has gone out."""
+        lock = asyncio.Lock()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def send(answers: list[tuple[float, Frame]], swaps: Swaps | None) -> None:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            for dt, frame in answers:
+                if self.speed is not None and (wait := began + dt / self.speed - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                data = swaps.json(frame.data) if swaps else frame.data
+                async with lock:
+                    await write(data + b"\n")
+
+        def start(answers: list[tuple[float, Frame]], swaps: Swaps | None) -> None:
+            task = asyncio.create_task(send(answers, swaps))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        start(self.startup, None)
+        while line := await read_line():
+            answers, swaps = self._answer(line.rstrip(b"\r\n"))
+            if answers:
+                start(answers, swaps)
+        if pending:  # what is due still goes out, within the longest recorded wait (and a margin)
+            await asyncio.wait(pending, timeout=self.longest / (self.speed or 1) + 5)
+        return 0
+
+    def _answer(self, line: bytes) -> tuple[list[tuple[float, Frame]], Swaps | None]:
+        found: list[str] = []
+        message = _json(self.redactor.json(line, "client", found))
+        live = _json(line)
+        if not isinstance(message, dict) or "method" not in message:
+            return [], None  # a reply to one of the server's requests, or not JSON-RPC
+        key = frame_key(message)
+        turn = self.index.take(key)
+        if turn is not None:
+            return turn.answers, Swaps(turn.request, live)
+        said = no_match_message(key, self.index.closest(key))
+        self.unmatched.append(said)
+        print(said, file=sys.stderr)
+        if "id" not in message:
+            return [], None
+        error = orjson.dumps({"jsonrpc": "2.0", "id": live["id"], "error": {"code": NO_MATCH, "message": said}})
+        return [(0.0, Frame(0, 0.0, "server", error))], None
