@@ -27,7 +27,6 @@ from chaosproxy.engine.scenario import (
     order_warnings,
     read_text,
 )
-from chaosproxy.harness import command as inspect_command
 from chaosproxy.report import command as report_command
 from chaosproxy.telemetry.log import ops, setup_operational_log
 from chaosproxy.telemetry.redact import redacted_url
@@ -69,10 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
     run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
                      metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
-    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT") or 300),
+    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT", "300")),
                      metavar="SECONDS", help="give up on an upstream that takes longer to accept a connection or "
                                              "to send a response head: 504 (default 300)")
-    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB") or 16), metavar="MIB",
+    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB", "16")), metavar="MIB",
                      help="the largest body or SSE event rules look inside; larger ones pass as they are (default 16)")
     run.add_argument("--max-header-line", type=_positive(int), default=_env("MAX_HEADER_LINE", "8192"),
                      metavar="BYTES", help="the longest request line or header line an agent may send: 431 beyond "
@@ -134,9 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
-    inspect_command.add_arguments(sub.add_parser(
-        "import-inspect", help="an Inspect AI eval of a chaos task as a drill's folder (report, merge, gates)",
-        description=inspect_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     cassette_command.add_replay_arguments(sub.add_parser(
         "replay", help="serve a cassette (recorded with --record, or VCR.py's) as the upstream",
         description=cassette_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter), _listen_address)
@@ -256,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
             return report_command.report_main(args)
         case "export":
             return report_command.export_main(args)
-        case "import-inspect":
-            return inspect_command.main(args)
         case "replay":
             return cassette_command.replay_main(args)
         case "cassette":
