@@ -18,6 +18,7 @@ from chaosproxy.engine.actions import Garble, Rewrite, Skip
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.faults import _text_edits
 from chaosproxy.faults._effects import garbled_body, with_result
+from chaosproxy.faults._input_required import asks_for_input, with_questions_perturbed
 from chaosproxy.faults._schema import Guard, guard
 from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level
 from chaosproxy.protocols.mcp import call_result
@@ -75,6 +76,8 @@ class ContentFault(Fault):
             result = call_result(msg)
             if result is None:
                 return None
+            if asks_for_input(result):
+                return self.perturb_questions(msg, result, ctx.rng)
             schema = ctx.session.output_schemas.get(msg.tool or "") if self.respect_schema else None
             fault = self
             if self.needs_output_schema and result.get("structuredContent") is not None \
@@ -93,13 +96,26 @@ class ContentFault(Fault):
         changed_text = self.perturb_text(text, ctx.rng)
         return garbled_body(text, changed_text, charset_of(msg)) if changed_text != text else None
 
+    def perturb_questions(self, msg: Message, result: dict[str, Any], rng: random.Random) -> Rewrite | Skip | None:
+        """An input_required result (MCP 2026-07-28) with the free text of its questions perturbed, as a
+        result's text is: the requested schemas, the keys and the requestState (the server's) stay."""
+        requests = result.get("inputRequests")
+        if self.where == "structured":
+            return None
+        if not isinstance(requests, dict):
+            return Skip("the input_required result asks no question (it carries a requestState alone)")
+        asked = {key: with_questions_perturbed(request, lambda text: self.perturb_text(text, rng))
+                 for key, request in requests.items()}
+        return with_result(msg, {**result, "inputRequests": asked}) if asked != requests else None
+
     def perturb_result(self, result: dict[str, Any], rng: random.Random,
                        schema: dict[str, Any] | None = None) -> dict[str, Any] | Skip | None:
         """The tools/call result with its targeted parts perturbed; None when nothing changed, Skip
         when there was nothing it could change. `structuredContent` stays valid for `schema` (the
         tool's outputSchema), and the text that restates it follows it."""
-        items = result.get("content") if isinstance(result.get("content"), list) else []
-        structured = result.get("structuredContent")
+        content = result.get("content")
+        items: list[Any] = content if isinstance(content, list) else []
+        structured: Any = result.get("structuredContent")
         wanted = self._wanted(items)
         targeted = structured is not None and self.where != "text"
         if not wanted and not targeted:
@@ -133,14 +149,16 @@ class ContentFault(Fault):
         """A text item or body perturbed: as JSON when it holds JSON, else as text."""
         parsed = None if self._as_text(text) else _text_edits.as_json(text)
         if parsed is None:
-            return self.perturb(text, rng, Guard())
+            perturbed: str = self.perturb(text, rng, Guard())  # a string perturbed stays one
+            return perturbed
         new = self.perturb(parsed, rng, guard(parsed, None, respect=self.respect_schema))
         return text if _same(new, parsed) else _text_edits.render_like(new, text)
 
     def _mirrored(self, text: str, structured: Any, new_structured: Any) -> str | None:
         """The new text of an item that restates structuredContent (it follows it), else None."""
         if text == _wrapped(structured):
-            return new_structured["result"]
+            mirrored: str = new_structured["result"]
+            return mirrored
         if (self.respect_schema or not self._as_text(text)) and _text_edits.as_json(text) == structured:
             return text if _same(new_structured, structured) else _text_edits.render_like(new_structured, text)
         return None
