@@ -226,3 +226,22 @@ def test_an_upstream_that_is_down_gets_a_line_now_and_then_not_one_per_request(m
     said = [line for line in ops_lines if "failed for" in line]
     assert len(said) == 1, said
     assert len(call_lines(proxy, 20)) == 20  # each call is still in the log, with its outcome
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_small_body_sent_after_100_continue_is_asked_for_at_once(make_proxy, path):
+    """Defect 1 of issue 23: whichever path reads the body first (the proxy, to decide, or the upstream),
+    the agent is told to go on at once, not after its own wait for a 100 that never comes."""
+    proxy = make_proxy(PATHS[path])
+    body = orjson.dumps(CALL)  # 106 bytes, as in the report
+    with RawClient(proxy.url) as client:
+        client.send(b"POST /echo/rpc HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body))
+        started = time.perf_counter()
+        client.sock.settimeout(3)
+        assert client.read_line().startswith(b"HTTP/1.1 100")
+        assert time.perf_counter() - started < 0.5
+        assert client.read_line() == b"\r\n"
+        client.send(body)
+        status, _, echoed = client.response()
+    assert (status, echoed) == (200, body)
