@@ -20,7 +20,7 @@ import orjson
 
 from chaosproxy.engine.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
 from chaosproxy.engine.message import Message, Phase
-from chaosproxy.engine.scenario import Rule, Scenario
+from chaosproxy.engine.scenario import Match, Rule, Scenario
 from chaosproxy.engine.session_state import AgentView, SessionState
 from chaosproxy.engine.sessions import AGENT_HEADER, MAX_SESSIONS, SESSION_TTL_S, Session, SessionTable
 from chaosproxy.faults import Fault, FaultContext, Level
@@ -106,6 +106,7 @@ class _CompiledRule:
         if m.model is not None:
             is_model = _glob(m.model)
             checks.append(lambda msg: msg.model is not None and is_model(msg.model))
+        checks += _a2a_checks(m)
         if m.method is not None:
             is_rpc = _glob(m.method)
             checks.append(lambda msg: (method := msg.method) is not None and is_rpc(method))
@@ -120,7 +121,8 @@ class _CompiledRule:
         self.ids_only = rule.fault.level is Level.JSONRPC
         # Content faults also read plain (non-JSON-RPC) bodies: a REST tool's JSON or text.
         self.on_plain_bodies = rule.fault.level is Level.CONTENT
-        self.needs_body = m.method is not None or m.tool is not None or self.on_messages
+        self.needs_body = m.method is not None or m.tool is not None or self.on_messages \
+            or m.a2a_method is not None or m.skill is not None  # (a JSON-RPC A2A request names them in its body)
         self.rpc_only = m.method is not None or m.tool is not None  # only JSON-RPC requests carry these
         self.told_plain = False  # told once in the log that plain HTTP requests never match it
         # Per session key; the global counter under None, which no session key can be.
@@ -151,6 +153,16 @@ def _same_counting(old: Rule, new: Rule) -> bool:
     """True when a rule's counters still mean the same under its new version."""
     ignored = {"probability", "enabled", "description"}
     return old.model_dump(exclude=ignored) == new.model_dump(exclude=ignored)
+
+
+def _a2a_checks(m: Match) -> list[Callable[[Message], bool]]:
+    """The checks of a rule's A2A keys, on what the A2A relay read of a message (`Message.a2a`)."""
+    def check(read: Callable[[Any], str | None], is_value: Callable[[str], bool]) -> Callable[[Message], bool]:
+        return lambda msg: (call := msg.a2a) is not None and (value := read(call)) is not None and is_value(value)
+
+    keys = (("a2a_method", lambda call: call.method), ("skill", lambda call: call.skill),
+            ("task_state", lambda call: call.state), ("a2a_agent", lambda call: call.agent))
+    return [check(read, _glob(pattern)) for key, read in keys if (pattern := getattr(m, key)) is not None]
 
 
 def _header_check(name: str, is_value: Callable[[str], bool]) -> Callable[[Message], bool]:

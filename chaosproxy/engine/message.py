@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
+    from chaosproxy.protocols.a2a.wire import A2aCall
     from chaosproxy.telemetry.tracing import CallTrace
 
 
@@ -31,7 +32,7 @@ class Message:
     """
 
     __slots__ = ("transport", "phase", "session", "http_method", "path", "headers", "status",
-                 "body", "request", "route", "api", "model", "turn", "trace", "mirrored", "_rpc")
+                 "body", "request", "route", "api", "model", "turn", "trace", "mirrored", "a2a", "_rpc")
 
     def __init__(self, transport: str, phase: Phase, *, session: str = "-",
                  http_method: str | None = None, path: str | None = None,
@@ -52,6 +53,8 @@ class Message:
         self.api: str | None = None
         self.model: str | None = None
         self.turn: int | None = None
+        # A2A traffic (chaosproxy.protocols.a2a): the method, task, skill and agent, as the A2A relay read them.
+        self.a2a: A2aCall | None = None
         self._rpc: Any = _UNPARSED
         self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.telemetry.tracing)
         self.mirrored: dict[str, str] | None = None  # mirrored headers a fault set apart from the body (Rewrite.headers)

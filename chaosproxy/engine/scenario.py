@@ -34,6 +34,36 @@ class Match(_Strict):
     header: dict[str, str] = Field(default_factory=dict, description="header name -> value glob")
     api: str | None = Field(None, description="glob on the model API: openai-chat, openai-responses, anthropic")
     model: str | None = Field(None, description="glob on the model a model-API request names, e.g. gpt-4*")
+    a2a_method: str | None = Field(None, description=(
+        "glob on the A2A method as v1.0 names it, whatever the binding or version: SendMessage, "
+        "SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask, GetAgentCard, ..."))
+    skill: str | None = Field(None, description=(
+        "glob on the skill an A2A message names (its metadata's skill), or the only skill its agent's card lists"))
+    task_state: str | None = Field(None, description=(
+        "glob on an A2A task's state (working, input-required, completed, ...; TASK_STATE_* names too): "
+        "the state a reply or event says, on a request the state the proxy last saw"))
+    a2a_agent: str | None = Field(None, description="glob on the remote A2A agent's name, as its card gives it")
+
+    @field_validator("a2a_method")
+    @classmethod
+    def _known_a2a_method(cls, method: str | None) -> str | None:
+        from chaosproxy.protocols.a2a import METHODS
+        if method is not None and not any(fnmatch.fnmatchcase(name, method) for name in METHODS):
+            raise ValueError(f"a2a_method {method!r} matches none of {', '.join(sorted(METHODS))}")
+        return method
+
+    @field_validator("task_state")
+    @classmethod
+    def _known_task_state(cls, state: str | None) -> str | None:
+        from chaosproxy.protocols.tasks import TaskState, parse_state
+        if state is None:
+            return None
+        named = parse_state(state)
+        if named is not None:
+            return named.value
+        if not any(fnmatch.fnmatchcase(known.value, state) for known in TaskState):
+            raise ValueError(f"task_state {state!r} matches none of {', '.join(known.value for known in TaskState)}")
+        return state
 
     @field_validator("api")
     @classmethod

@@ -32,6 +32,7 @@ class Level(StrEnum):
     MCP = "mcp"
     CONTENT = "content"
     LLM = "llm"  # the model API's own messages: the user's prompt, the model's completion and tool calls
+    A2A = "a2a"  # another agent's card, tasks and task events (chaosproxy.protocols.a2a)
 
 
 @dataclass(slots=True)

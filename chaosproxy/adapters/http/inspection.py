@@ -38,6 +38,7 @@ from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset
 from chaosproxy.engine.core import Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
+from chaosproxy.protocols.a2a.relay import A2aExchange
 from chaosproxy.protocols.llm.relay import LlmExchange
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class Inspection:
                 else:
                     prefix = read
         llm = self.route.llm.open(msg)  # a model-API request: msg learns its api, model and turn
+        a2a = self.route.a2a.open(msg) if llm is None else None  # an A2A request: msg learns its method, task...
         if engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
             start_span(engine, exchange, call, self.route, self.target)
             if body is not None and msg.body is not body:
@@ -172,14 +174,22 @@ class Inspection:
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 headers = mirror_rpc_headers(headers, msg)
+        if a2a is not None:
+            a2a.faults, original = call.faults, msg.body
+            if (answer := a2a.answer()) is not None:
+                call.outcome = "fault_response"
+                return self.proxy._respond(exchange, call, answer)
+            if msg.body is not original:  # a fault rewrote the REST request's body
+                body = msg.body
+            headers = a2a.request_headers(headers)
         if engine.lists_tools_first(msg) and not self.relay.answers_on_stream(msg):
             from chaosproxy.adapters.listing import list_tools  # (aiohttp's client: loaded when first needed)
             engine.learn_listing(msg, await list_tools(self.route.url_of(self.target), headers, msg.rpc or {},
                                                        self.proxy.max_message_bytes))
         if msg.body is not None and self.relay.watching:
             self.relay.expect(msg)
-        if llm is None and not head.upgrade and (body is not None or not head.has_body) and \
-                not engine.could_act_on_reply(msg):
+        if llm is None and (a2a is None or not a2a.watching) and not head.upgrade and \
+                (body is not None or not head.has_body) and not engine.could_act_on_reply(msg):
             self._hand_over(body, headers)
             return
         if llm is not None:
@@ -193,7 +203,8 @@ class Inspection:
                     not engine.active(Phase.RESPONSE, messages=False):  # no rule can change its reply
                 self._hand_over(body, headers)
                 return
-        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching):
+        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching) or \
+                (a2a is not None and a2a.watching):
             # rules read response bodies: ask for them plain
             headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
         streamed = head.has_body and body is None
@@ -224,7 +235,7 @@ class Inspection:
             if response is not None:
                 break
         assert response is not None  # (the second try's failure is raised)
-        await self._relay(msg, response, reader, llm)
+        await self._relay(msg, response, reader, llm, a2a)
 
     def _hand_over(self, body: bytes | None, headers: Headers) -> None:
         """No rule can act on the response: a Passthrough takes the call, its request sent as decided
@@ -272,9 +283,10 @@ class Inspection:
             if self.reader is not None:
                 conn.discard(self.reader)
 
-    async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None) -> None:
+    async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None,
+                     a2a: A2aExchange | None) -> None:
         engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
-        call.status = response.status
+        call.status = status = response.status
         headers = response.end_to_end(drop=CONTENT_LENGTH)
         length = response.length
         content_type = (header(headers, b"content-type") or b"").decode("latin-1")
@@ -294,14 +306,15 @@ class Inspection:
             reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
                             request=msg, route=msg.route)
-            reply.api, reply.model, reply.turn = msg.api, msg.model, msg.turn
+            reply.api, reply.model, reply.turn, reply.a2a = msg.api, msg.model, msg.turn, msg.a2a
             actions = [fired.action for fired in self._decide(reply, messages=False)]
         if exchange.no_body or response.status in (204, 304):
             call.finish(engine)
             exchange.start(response.status, response.reason, headers, length)
             exchange.end(reader.body.trailers)
             return
-        per_message = engine.active(Phase.RESPONSE, wire=False) if llm is None else llm.watching
+        per_message = llm.watching if llm is not None else a2a.watching if a2a is not None else \
+            engine.active(Phase.RESPONSE, wire=False)
         chunks: AsyncIterator[bytes] = reader.body.chunks()
         inspect = per_message and (is_stream or is_text(content_type))
         encoding = (header(headers, b"content-encoding") or b"identity").decode("latin-1").strip().lower()
@@ -316,13 +329,23 @@ class Inspection:
         if is_stream and llm is not None:
             if inspect:
                 chunks, length = llm.relay_events(chunks, HeaderView(headers)), None
+        elif is_stream and a2a is not None:
+            if inspect:
+                chunks, length = a2a.relay_events(chunks), None
         elif is_stream and (inspect or (msg.http_method == "GET" and encoding == "identity")):
             chunks = relay.relay_events(chunks, msg, call.faults, self.proxy.max_message_bytes)
             length = None
+        elif a2a is not None and a2a.card and response.status == 200 and not is_stream:
+            read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes)
+            if whole:  # its URLs pointed back here, faults on it decided (its own ETag, a 304 of the proxy's)
+                status, payload, headers = self._relay_card(read, encoding, headers, a2a)
+                chunks, length = streams.once(payload), len(payload)
+            else:
+                chunks = streams.then(read, chunks)
         elif inspect and not is_stream and (length is None or length <= self.proxy.max_message_bytes):
             read, whole = await reader.body.read_up_to(self.proxy.max_message_bytes)
             if whole:
-                payload, headers = self._relay_whole(read, encoding, response.status, headers, llm)
+                payload, headers = self._relay_whole(read, encoding, response.status, headers, llm, a2a)
                 # trailers go only on a chunked body
                 chunks, length = streams.once(payload), None if reader.body.trailers else len(payload)
             else:
@@ -349,7 +372,8 @@ class Inspection:
         if whole:
             exchange.conn.cork()
         if not exchange.started:
-            exchange.start(response.status, response.reason, headers, length)
+            exchange.start(status, response.reason if status == response.status else b"Not Modified", headers,
+                           length)  # (a card's 304 is the only status the proxy changes here)
         async for piece in chunks:
             call.bytes_out += len(piece)
             if call.bytes_out == length and ending == "eof":  # the agent has it all with this piece: log first
@@ -379,7 +403,7 @@ class Inspection:
                 await asyncio.Event().wait()  # until the client goes away
 
     def _relay_whole(self, raw: bytes, encoding: str, status: int, headers: Headers,
-                     llm: LlmExchange | None) -> tuple[bytes, Headers]:
+                     llm: LlmExchange | None, a2a: A2aExchange | None) -> tuple[bytes, Headers]:
         """A whole reply body (`raw`, as the upstream encoded it) decided on: the body and headers the
         agent gets. An encoded body is read decoded; unless a fault changed it, it goes as it came."""
         msg = self.call.msg
@@ -394,14 +418,35 @@ class Inspection:
             headers = without(headers, b"content-encoding")
         replaced: dict[str, str] = {}
         view = HeaderView(headers)
-        payload = llm.relay_body(plain, status, view) if llm is not None \
-            else self.relay.relay_body(plain, msg, view, replaced, self.call.faults)
+        if llm is not None:
+            payload = llm.relay_body(plain, status, view)
+        elif a2a is not None:
+            payload = a2a.relay_body(plain, status)
+        else:
+            payload = self.relay.relay_body(plain, msg, view, replaced, self.call.faults)
         if "Content-Type" in replaced:
             headers = [*without(headers, b"content-type"),
                        (b"Content-Type", replaced["Content-Type"].encode("latin-1"))]
         elif plain is not raw and payload == plain:  # nothing changed it: the agent gets what was sent
             return raw, sent
         return payload, headers
+
+    def _relay_card(self, raw: bytes, encoding: str, headers: Headers, a2a: A2aExchange) -> tuple[int, bytes, Headers]:
+        """An agent card as the agent gets it: status, body (as it came unless changed) and headers."""
+        plain = raw if encoding == "identity" else streams.decode_whole(raw, encoding, self.proxy.max_message_bytes)
+        if plain is None:
+            return 200, raw, headers
+        replaced: dict[str, str] = {}
+        status, payload = a2a.relay_card(plain, replaced)
+        self.call.status = status
+        if payload is plain and not replaced:
+            return status, raw, headers
+        if plain is not raw:
+            headers = without(headers, b"content-encoding")
+        for name, value in replaced.items():
+            encoded = name.encode("latin-1")
+            headers = [*without(headers, encoded.lower()), (encoded, value.encode("latin-1"))]
+        return status, payload, headers
 
     async def _fraction(self, chunks: AsyncIterator[bytes], length: int | None, fraction: float, response: Head,
                         headers: Headers) -> tuple[AsyncIterator[bytes], int | None]:

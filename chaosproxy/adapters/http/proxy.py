@@ -42,6 +42,7 @@ from chaosproxy.engine.actions import Respond
 from chaosproxy.engine.core import AGENT_HEADER_KEY, Engine
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.sessions import agent_name
+from chaosproxy.protocols.a2a.wire import is_card
 from chaosproxy.telemetry.log import Throttle, ops
 
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
@@ -153,7 +154,7 @@ class HttpProxy:
                 return
             # the target as the agent sent it (bytes) when no prefix comes off
             upstream_target = route.base_path + (target.encode("latin-1") if route.prefix else head.target)
-            if not self.engine.could_act(msg) and not head.upgrade:
+            if not self.engine.could_act(msg) and not head.upgrade and not is_card(msg.http_method, msg.path):
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.http.traced import TracedPassthrough
                     passthrough: Passthrough = TracedPassthrough(self, exchange, msg, route, upstream_target)
@@ -199,6 +200,7 @@ class HttpProxy:
         parser = client.parser
         method = parser.get_method()
         if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or \
+                b"/.well-known/" in target or \
                 not parser.should_keep_alive() or parser.should_upgrade():
             return None
         route, upstream_target = self._plain_route, target

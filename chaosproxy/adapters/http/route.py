@@ -15,6 +15,7 @@ from chaosproxy.adapters.h1 import (
 from chaosproxy.adapters.http.heads import HOST_AND_LENGTH, UPGRADE, without
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine.core import Engine
+from chaosproxy.protocols.a2a.relay import A2aRelay
 from chaosproxy.protocols.llm.relay import LlmRelay
 from chaosproxy.telemetry.redact import redacted_url
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 class Route:
     """Requests under `prefix` go to `upstream` with the prefix taken off ("/" takes everything else)."""
 
-    __slots__ = ("prefix", "name", "upstream", "base_path", "host_header", "pool", "relay", "llm")
+    __slots__ = ("prefix", "name", "upstream", "base_path", "host_header", "pool", "relay", "llm", "a2a")
 
     def __init__(self, prefix: str, upstream: str, engine: Engine, transport: str, timeout: float) -> None:
         url = URL(upstream)
@@ -39,6 +40,7 @@ class Route:
         self.pool = UpstreamPool(url.raw_host or "127.0.0.1", url.port or 80, connect_timeout=timeout, tls=context)
         self.relay: BodyRelay = JsonRpcRelay(engine, transport, URL(self.upstream), self.prefix)
         self.llm = LlmRelay(engine)  # model-API requests (chat/completions, messages, responses)
+        self.a2a = A2aRelay(engine, self.prefix, url)  # A2A requests, and the agent card pointed back here
 
     def target(self, raw_target: str) -> str | None:
         """The upstream request target (path and query) for a request's, or None when not under the prefix."""

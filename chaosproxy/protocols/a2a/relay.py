@@ -1,0 +1,478 @@
+"""The A2A relay: A2A requests and replies through the engine, by way of the view.
+
+For each A2A request (`wire.classify`) the relay sets `Message.a2a` (so rules match on the method,
+skill, task state and agent) and, when some rule may act on its reply, reads the reply piece by piece
+(a task, a message, a status or artifact update: in a whole body, or event by event in a stream) and
+asks the engine about each: once as the A2A piece itself (the task-state faults, with the task as the
+decision's key, so that a task meets the same fault in every reply about it), once as a tools/call
+result of the texts it carries (the content faults). Only what a fault that fired changed is written
+back; a reply no rule changed goes as it came.
+
+The card is always read: its interface URLs are pointed back through the proxy (else the client
+calls the remote agent directly), and faults on the card act on it then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from yarl import URL
+
+from chaosproxy.engine.actions import Garble, Reply, Respond, Rewrite
+from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.message import Message, Phase
+from chaosproxy.engine.scenario import Scenario
+from chaosproxy.faults._task_state import TaskStateFault
+from chaosproxy.protocols import a2a, streams
+from chaosproxy.protocols.a2a import card as cards
+from chaosproxy.protocols.a2a import wire
+from chaosproxy.protocols.a2a.actions import EndStream, Withhold
+from chaosproxy.protocols.a2a.wire import A2aCall, Piece
+from chaosproxy.protocols.llm.relay import key_of
+from chaosproxy.protocols.tasks import TaskState
+from chaosproxy.telemetry.log import ops
+
+MAX_SESSIONS = 1024
+MAX_TASKS = 4096  # per session: task ordinals, states and held results, oldest forgotten first
+MAX_EVENT = 16 << 20
+
+
+class _Bounded[K, V](OrderedDict[K, V]):
+    def remember(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > MAX_TASKS:
+            self.popitem(last=False)
+
+
+@dataclass(slots=True)
+class Memory:
+    """What the relay remembers of one session's tasks."""
+
+    ordinals: _Bounded[str, int] = field(default_factory=_Bounded)  # task id -> order of first appearance
+    states: _Bounded[str, TaskState] = field(default_factory=_Bounded)  # task id -> the state last relayed
+    held: _Bounded[str, tuple[dict[str, Any], str]] = field(default_factory=_Bounded)  # task id -> (the real
+    # task a fault replaced, its version): its follow-ups are answered from it
+    streams: int = 0  # the session's streams so far
+
+
+@dataclass(frozen=True, slots=True)
+class _Interest:
+    """What the rules in force may act on."""
+
+    pieces: bool  # rules on replies' messages: A2A pieces and their texts
+    requests: bool  # rules on requests' messages (REST requests are read into JSON-RPC form for them)
+    cards: bool  # rules on the card itself (agent_card_drift)
+    holds: bool  # a rule that holds results back (input-required loops)
+
+
+def _interest(scenario: Scenario) -> _Interest:
+    rules = [rule for rule in scenario.rules if rule.enabled and rule.fault.on_messages]
+    replies = [rule.fault for rule in rules if rule.fault.phase is Phase.RESPONSE]
+    return _Interest(
+        pieces=bool(replies),
+        requests=any(rule.fault.phase is Phase.REQUEST for rule in rules),
+        cards=any(fault.methods is not None and fault.methods & a2a.CARDS for fault in replies),
+        holds=any(isinstance(fault, TaskStateFault) and fault.holds_results for fault in replies),
+    )
+
+
+class A2aRelay:
+    """A2A awareness for one HTTP route (one remote agent): opens an `A2aExchange` per A2A request."""
+
+    def __init__(self, engine: Engine, prefix: str, upstream: URL) -> None:
+        self.engine = engine
+        self.prefix = prefix  # the route's path prefix, in front of the card's URLs as rewritten
+        self.upstream = upstream.with_user(None)  # the card's URLs under it point back through the proxy
+        self.agent: str | None = None  # the remote agent's name, as its card says
+        self.skills: list[str] = []  # the skill ids its card lists (before any fault)
+        self.served_card = False  # a card came through: requests on this route are A2A without A2A-Version
+        self._sessions: OrderedDict[str, Memory] = OrderedDict()
+        self._state_of: object = engine.sessions
+        self._interest: tuple[Scenario, _Interest] | None = None
+        self._told: set[str] = set()  # warnings given once
+
+    @property
+    def interest(self) -> _Interest:
+        scenario = self.engine.scenario
+        if self._interest is None or self._interest[0] is not scenario:
+            self._interest = (scenario, _interest(scenario))
+        return self._interest[1]
+
+    def memory(self, session: str) -> Memory:
+        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions (a reset): so do we
+            self._sessions.clear()
+            self._state_of = self.engine.sessions
+        memory = self._sessions.get(session)
+        if memory is None:
+            memory = self._sessions[session] = Memory()
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session)
+        return memory
+
+    def open(self, msg: Message) -> A2aExchange | None:
+        """The exchange for an A2A request (setting msg.a2a), or None when it is none or nothing can act
+        on it (then it is relayed as any request; a card is always opened, to point it back here)."""
+        if self.engine.idle and not wire.is_card(msg.http_method, msg.path):
+            return None
+        try:
+            call = wire.classify(msg, self.served_card)
+        except Exception as exc:  # fail open: a bug here must not break the agent's traffic
+            self.failed(msg, "reading the request", exc)
+            return None
+        if call is None:
+            return None
+        call.agent = self.agent
+        if call.skill is None and len(self.skills) == 1:
+            call.skill = self.skills[0]
+        memory = self.memory(msg.session)
+        if call.task_id is not None:
+            call.state = memory.states.get(call.task_id)
+        msg.a2a = call
+        return A2aExchange(self, msg, call, memory)
+
+    def tell_once(self, msg: Message, topic: str, reason: str) -> None:
+        if topic not in self._told:
+            self._told.add(topic)
+            self.skip(msg, reason)
+
+    def skip(self, msg: Message, reason: str) -> None:
+        self.engine.log.skip(rule=None, transport=msg.transport, session=msg.session, path=msg.path, reason=reason)
+
+    def failed(self, msg: Message, what: str, exc: Exception) -> None:
+        """A bug of the relay's own: logged, and the message passes as it came."""
+        ops.exception("A2A relay failed %s of %s %s; passing it through", what, msg.http_method, msg.path)
+        self.engine.log.error(rule=None, transport=msg.transport, session=msg.session, path=msg.path,
+                              error=f"{what}: {exc!r}")
+
+
+class A2aExchange:
+    """One A2A request and its reply."""
+
+    def __init__(self, relay: A2aRelay, msg: Message, call: A2aCall, memory: Memory) -> None:
+        self.relay = relay
+        self.engine = relay.engine
+        self.msg = msg
+        self.call = call
+        self.memory = memory
+        self.interest = relay.interest
+        self.faults: list[str] = []  # names of the rules that fired, for the call line (the adapter's list)
+        self.card = call.method == a2a.GET_AGENT_CARD
+
+    @property
+    def watching(self) -> bool:
+        """True when the reply must be read: a card (its URLs), or a reply some rule may change."""
+        return self.card or self.interest.pieces
+
+    # --- the request -------------------------------------------------------------------------
+
+    def request_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The headers sent upstream: a card is asked for plain (it is read), and whole when a rule may
+        change it (the proxy answers If-None-Match itself, against the card the agent gets)."""
+        if not self.card:
+            return headers
+        drop = (b"accept-encoding", b"if-none-match") if self.interest.cards else (b"accept-encoding",)
+        return [(name, value) for name, value in headers if name.lower() not in drop] + [
+            (b"Accept-Encoding", b"identity")]
+
+    def answer(self) -> Respond | None:
+        """The proxy's own answer to this request, or None for it to go upstream: a follow-up to a task
+        whose result a fault holds, or what a rule on a REST request's message said."""
+        try:
+            if self.call.method in a2a.SENDS and self.call.followup and self.call.task_id in self.memory.held:
+                return self._answer_followup()
+            if self.call.binding == wire.REST and self.interest.requests and self.msg.body:
+                return self._decide_rest_request()
+        except Exception as exc:  # fail open: the request goes as the agent sent it
+            self.relay.failed(self.msg, "deciding on the request", exc)
+        return None
+
+    def _decide_rest_request(self) -> Respond | None:
+        """A REST request's body, read as the JSON-RPC request it stands for, through the message rules."""
+        body = wire._json(self.msg.body or b"")
+        if not isinstance(body, dict):
+            return None
+        view = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": None, "method": self.call.method,
+                                               "params": body}, self.call)
+        before = view.rpc
+        for fired in self._decide(view):
+            if isinstance(fired.action, Reply):
+                return self._respond(fired.action.message)
+        if view.rpc is not before and isinstance(params := (view.rpc or {}).get("params"), dict):
+            self.msg.body = orjson.dumps(params)
+        return None
+
+    def _answer_followup(self) -> Respond:
+        """A message sent to a task a fault holds: the held task decided on again (the fault asks again,
+        or lets the real result go), answered here; the remote agent finished the task already."""
+        task_id = self.call.task_id
+        assert task_id is not None
+        held, version = self.memory.held[task_id]
+        holder = {"result": held}
+        piece = wire.pieces(holder)[0]
+        self._decide_piece(piece, self.call.piece(piece), version)
+        answered = holder["result"]
+        if not any(self._holding(name) for name in self.faults):
+            del self.memory.held[task_id]  # let go: the agent has the real result now
+        rpc_id = (self.msg.rpc or {}).get("id")
+        result = wire.send_result(self.call, "task", answered, self.call.method == a2a.SEND_STREAMING_MESSAGE)
+        body = wire.result_body(self.call, rpc_id, result)
+        if self.call.method == a2a.SEND_STREAMING_MESSAGE:
+            return Respond(200, wire.sse_event(body), {"Content-Type": "text/event-stream"})
+        return Respond(200, body, {"Content-Type": "application/json"})
+
+    def _holding(self, rule: str) -> bool:
+        return any(r.name == rule and isinstance(r.fault, TaskStateFault) and r.fault.holds_results
+                   for r in self.engine.scenario.rules)
+
+    def _respond(self, message: dict[str, Any]) -> Respond:
+        """A fault's JSON-RPC answer as the request's binding writes it (REST: an error's code as the status)."""
+        if self.call.binding == wire.JSONRPC:
+            return Respond(200, orjson.dumps(message), {"Content-Type": "application/json"})
+        if "error" in message:
+            error = message["error"] if isinstance(message["error"], dict) else {}
+            code = error.get("code")
+            status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+            return Respond(status, orjson.dumps({"error": {"code": status, "message": error.get("message")}}),
+                           {"Content-Type": "application/json"})
+        return Respond(200, orjson.dumps(message.get("result")), {"Content-Type": "application/json"})
+
+    # --- the card ----------------------------------------------------------------------------
+
+    def relay_card(self, payload: bytes, headers: MutableMapping[str, str]) -> tuple[int, bytes]:
+        """The card as the agent gets it (status, body): its URLs through the proxy, decided on; the
+        header changes it needs go to `headers` (its own ETag when a rule may change it)."""
+        try:
+            return self._relay_card(payload, headers)
+        except Exception as exc:  # fail open: the card goes as the remote agent sent it
+            self.relay.failed(self.msg, "rewriting the card", exc)
+            return 200, payload
+
+    def _relay_card(self, payload: bytes, headers: MutableMapping[str, str]) -> tuple[int, bytes]:
+        msg, relay = self.msg, self.relay
+        card = wire._json(payload)
+        if not isinstance(card, dict):
+            relay.skip(msg, "the agent card is not a JSON object: relayed as it came")
+            return 200, payload
+        relay.served_card = True
+        relay.agent = card.get("name") if isinstance(card.get("name"), str) else None
+        relay.skills = cards.skill_ids(card)
+        changed = False
+        base = cards.proxy_base(msg.headers.get("Host"), relay.prefix)
+        if base is None:
+            relay.tell_once(msg, "host", "the agent's Host header is no host[:port]: the card's URLs are left "
+                                         "as they are, and the client calls the remote agent directly")
+        else:
+            before = orjson.dumps(card)
+            for url in cards.point_through(card, relay.upstream, base):
+                relay.tell_once(msg, url, f"the agent card names {url}, which is not under this route's upstream: "
+                                          "calls to it do not go through the proxy (add a route for it)")
+            changed = orjson.dumps(card) != before
+        if self.interest.cards:
+            call = A2aCall(self.call.method, self.call.version, self.call.binding, agent=relay.agent, kind="card")
+            view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": card}, call)
+            self._decide(view)
+            if isinstance(new := (view.rpc or {}).get("result"), dict) and new is not card:
+                card, changed = new, True
+        if changed and "signatures" in card:
+            relay.tell_once(msg, "signatures", "the agent card is signed: the proxy changed it (its URLs, or a "
+                                               "fault), so its signatures no longer verify; a client that verifies "
+                                               "signatures rejects it")
+        body = orjson.dumps(card) if changed else payload
+        if self.interest.cards:  # its own validator: a card that drifts must not be revalidated by upstream's
+            headers["ETag"] = tag = cards.etag(body)
+            if cards.if_none_match_hits(msg.headers.get("If-None-Match"), tag):
+                return 304, b""
+        return 200, body
+
+    # --- replies -----------------------------------------------------------------------------
+
+    def relay_body(self, payload: bytes, status: int | None) -> bytes:
+        """A whole (non-streamed) reply, its pieces decided on."""
+        if status != 200 or not self.interest.pieces:
+            return payload
+        try:
+            holder, unwrap = self._holder(payload)
+            if holder is None:
+                return payload
+            changed = False
+            for piece in wire.pieces(holder):
+                changed |= self._decide_piece(piece, self.call.piece(piece))
+            return orjson.dumps(unwrap(holder)) if changed else payload
+        except Exception as exc:  # fail open: the reply goes as the remote agent sent it
+            self.relay.failed(self.msg, "rewriting the reply", exc)
+            return payload
+
+    def _holder(self, data: bytes) -> tuple[dict[str, Any] | None, Any]:
+        """The reply's result under "result" (a JSON-RPC reply as it is; a REST body put there), and how
+        to get the wire form back."""
+        parsed = wire._json(data)
+        if self.call.binding == wire.JSONRPC:
+            return (parsed, lambda holder: holder) if isinstance(parsed, dict) and "result" in parsed else (None, None)
+        return ({"result": parsed}, lambda holder: holder["result"]) if isinstance(parsed, dict) else (None, None)
+
+    async def relay_events(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """A stream of task events, decided on event by event as they arrive (never buffered whole); it
+        ends after an event a fault made final (the remote agent's later events are not relayed)."""
+        if not self.interest.pieces:
+            async for chunk in chunks:
+                yield chunk
+            return
+        self.memory.streams += 1
+        stream, events = self.memory.streams, 0
+        snapshot: dict[str, Any] = {}  # the task as its events built it (a held result needs it whole)
+        async for frame in streams.sse_frames(chunks, MAX_EVENT):
+            data = None if isinstance(frame, streams.Unframed) else streams.sse_data(frame)
+            holder, unwrap = self._holder(data) if data is not None else (None, None)
+            found = wire.pieces(holder) if holder is not None else []
+            if not found:
+                yield frame
+                continue
+            piece = found[0]
+            events += 1
+            real_ends = piece.ends_stream
+            _build(snapshot, piece)
+            call = self.call.piece(piece, events - 1)
+            call.stream = stream
+            try:
+                outcome = self._decide_piece(piece, call, snapshot=snapshot, streamed=True)
+            except Exception as exc:  # fail open: the event goes as the remote agent sent it
+                self.relay.failed(self.msg, "rewriting a stream event", exc)
+                outcome = None
+            if isinstance(outcome, EndStream):
+                if outcome.idle:
+                    await asyncio.Event().wait()  # silent until the agent gives up (the task is cancelled)
+                return
+            if isinstance(outcome, Withhold):
+                continue
+            if isinstance(outcome, bytes):
+                yield streams.sse_with_data(frame, outcome)
+            elif outcome is True:
+                yield streams.sse_with_data(frame, orjson.dumps(unwrap(holder)))
+                piece = wire.pieces(holder)[0]
+            else:
+                yield frame
+            if piece.ends_stream and not real_ends:
+                return  # a fault ended the task here: what upstream says after it is not the agent's to see
+
+    # --- deciding on a piece -----------------------------------------------------------------
+
+    def _decide_piece(self, piece: Piece, call: A2aCall, version: str | None = None, *,
+                      snapshot: dict[str, Any] | None = None, streamed: bool = False) -> Any:
+        """Ask the engine about one piece (as itself, then its texts as a tool result), put what fired
+        in its place. Returns True when the piece changed; a stream's event may also be withheld or end
+        the stream (EndStream, Withhold) or be replaced by broken bytes."""
+        version = version or wire.version_of(piece, call.version)
+        task_id = piece.task_id
+        key = self._task_key(task_id) if task_id is not None else None
+        if key is None and streamed:
+            key = f"a2a stream#{call.stream}"
+        real = piece.obj
+        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": piece.obj}, call)
+        fired = self._decide(view, key)
+        changed = False
+        for one in fired:
+            action = one.action
+            if isinstance(action, EndStream | Withhold):
+                return action if streamed else None  # (a whole reply keeps what it cannot do without)
+            if isinstance(action, Garble):
+                return action.raw if streamed else None
+        new = (view.rpc or {}).get("result")
+        if isinstance(new, dict) and new is not real:
+            piece.put(new)
+            piece = wire.Piece(piece.kind, new, piece.put)
+            changed = True
+            if task_id is not None and any(isinstance(f.fault, TaskStateFault) and f.fault.holds_results
+                                           and isinstance(f.action, Rewrite) for f in fired):
+                held = dict(snapshot) if snapshot else real
+                self.memory.held.remember(task_id, (held if held.get("id") == task_id else real, version))
+        changed |= self._decide_texts(piece, call, key)
+        if task_id is not None and (state := piece.state) is not None:
+            self.memory.states.remember(task_id, state)
+        return changed
+
+    def _decide_texts(self, piece: Piece, call: A2aCall, key: str | None) -> bool:
+        """The texts a piece carries, as the content of a tools/call result of its skill (or agent), through
+        the content faults; each changed text is put back in its part."""
+        parts = [(parts, i) for parts in wire.part_lists(piece) for i, part in enumerate(parts)
+                 if wire.part_text(part) is not None]
+        if not parts:
+            return False
+        texts = [wire.part_text(holder[i]) for holder, i in parts]
+        content = [{"type": "text", "text": text} for text in texts]
+        name = call.skill or call.agent or "a2a"
+        request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+                                                  "params": {"name": name, "arguments": {}}}, call)
+        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": {"content": content}},
+                               call, request=request)
+        before = view.rpc
+        fired = self._decide(view, key_of("a2a texts", key or "", orjson.dumps(texts)))
+        after = (view.rpc or {}).get("result") if view.rpc is not before else None
+        new_content = after.get("content") if isinstance(after, dict) else None
+        if any(isinstance(f.action, Garble) for f in fired) or not isinstance(new_content, list) \
+                or len(new_content) != len(content):
+            return False
+        changed = False
+        for (holder, i), old, new in zip(parts, content, new_content, strict=True):
+            text = new.get("text") if isinstance(new, dict) else None
+            if isinstance(text, str) and text != old["text"] and (part := wire.with_text(holder[i], text)) is not None:
+                holder[i] = part
+                changed = True
+        return changed
+
+    def _task_key(self, task_id: str) -> str:
+        """A task's decision key: its order of first appearance in the session, not its id (a random
+        one), so that the same run meets the same faults."""
+        ordinals = self.memory.ordinals
+        ordinal = ordinals.get(task_id)
+        if ordinal is None:
+            ordinal = len(ordinals) + 1 if len(ordinals) < MAX_TASKS else max(ordinals.values()) + 1
+            ordinals.remember(task_id, ordinal)
+        return f"a2a task#{ordinal}"
+
+    def _synthetic(self, phase: Phase, rpc: dict[str, Any], call: A2aCall, *,
+                   request: Message | None = None) -> Message:
+        base = self.msg
+        msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
+                      headers=base.headers, route=base.route, request=request)
+        if phase is Phase.RESPONSE and request is None:  # the A2A request it answers, in its JSON-RPC form
+            msg.request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": call.method}, call)
+        msg.a2a = call
+        msg.trace = base.trace
+        msg.replace(rpc)
+        return msg
+
+    def _decide(self, message: Message, key: str | None = None) -> list[Fired]:
+        fired = self.engine.decide(message, wire=False, key=key)
+        self.faults.extend(f.rule.name for f in fired)
+        return fired
+
+
+def _build(snapshot: dict[str, Any], piece: Piece) -> None:
+    """The task as a stream's events tell it so far: its first snapshot, its status, its artifacts."""
+    obj = piece.obj
+    if piece.kind == "task":
+        snapshot.clear()
+        snapshot.update(obj)
+    elif not snapshot or snapshot.get("id") != piece.task_id:
+        return
+    elif piece.kind == "status" and isinstance(obj.get("status"), dict):
+        snapshot["status"] = obj["status"]
+    elif piece.kind == "artifact" and isinstance(artifact := obj.get("artifact"), dict):
+        artifacts = list(snapshot.get("artifacts") or [])
+        same = next((i for i, one in enumerate(artifacts) if isinstance(one, dict)
+                     and one.get("artifactId") == artifact.get("artifactId")), None)
+        if same is not None and obj.get("append"):
+            artifacts[same] = {**artifacts[same], "parts": [*artifacts[same].get("parts", []),
+                                                              *artifact.get("parts", [])]}
+        elif same is not None:
+            artifacts[same] = artifact
+        else:
+            artifacts.append(artifact)
+        snapshot["artifacts"] = artifacts

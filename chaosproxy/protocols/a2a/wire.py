@@ -1,0 +1,304 @@
+"""A2A on the wire: what a request is (`A2aCall`), and the tasks, messages and task events a reply carries.
+
+Both bindings and both versions are read here, so that the relay and the faults never look at a
+spelling: a reply is a list of `Piece`s (a task, a message, a status update, an artifact update), each
+with its task id and state, and each can be replaced in the body it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from chaosproxy.engine.message import Message
+from chaosproxy.protocols import a2a
+from chaosproxy.protocols.tasks import INTERRUPTED, TERMINAL, TaskState, a2a_spelling, parse_state
+
+JSONRPC = "jsonrpc"
+REST = "rest"  # the HTTP+JSON binding (and the card, which both bindings fetch by GET)
+
+
+@dataclass(slots=True)
+class A2aCall:
+    """A request in A2A's terms (the engine's `Message.a2a`), and, on the synthetic messages the relay
+    decides on, the piece of the reply they stand for (`kind`, `event`).
+
+    `agent` is the remote agent's name as its card gives it, `skill` the skill the message names (its
+    metadata) or the only skill the card lists, `state` the task's state in this piece of a reply (on a
+    request: as the proxy last saw it).
+    """
+
+    method: str
+    version: str  # "1.0" or "0.3"
+    binding: str
+    task_id: str | None = None
+    skill: str | None = None
+    agent: str | None = None
+    state: TaskState | None = None
+    kind: str | None = None  # a reply's piece: task, message, status, artifact, card, push
+    event: int | None = None  # a stream event's index (0: the first)
+    stream: int | None = None  # which of its session's streams a stream event came in (1: the first)
+    followup: bool = False  # a message sent to a task already under way (an answer to its question)
+
+    def piece(self, piece: Piece, event: int | None = None) -> A2aCall:
+        """This call's view of one piece of its reply."""
+        return replace(self, kind=piece.kind, task_id=piece.task_id or self.task_id, state=piece.state, event=event)
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+_REST = (  # (HTTP method, path tail, method); a tenant or v0.3's /v1 may come before the tail
+    ("POST", re.compile(r"/message:send$"), a2a.SEND_MESSAGE),
+    ("POST", re.compile(r"/message:stream$"), a2a.SEND_STREAMING_MESSAGE),
+    ("POST", re.compile(r"/tasks/(?P<task>[^/:]+):cancel$"), a2a.CANCEL_TASK),
+    ("*", re.compile(r"/tasks/(?P<task>[^/:]+):subscribe$"), a2a.SUBSCRIBE_TO_TASK),
+    ("GET", re.compile(r"/tasks/(?P<task>[^/:]+)$"), a2a.GET_TASK),
+    ("GET", re.compile(r"/tasks$"), a2a.LIST_TASKS),
+    ("POST", re.compile(r"/tasks/(?P<task>[^/:]+)/pushNotificationConfigs$"), a2a.CREATE_PUSH_CONFIG),
+    ("GET", re.compile(r"/tasks/(?P<task>[^/:]+)/pushNotificationConfigs$"), a2a.LIST_PUSH_CONFIGS),
+    ("GET", re.compile(r"/tasks/(?P<task>[^/:]+)/pushNotificationConfigs/[^/]+$"), a2a.GET_PUSH_CONFIG),
+    ("DELETE", re.compile(r"/tasks/(?P<task>[^/:]+)/pushNotificationConfigs/[^/]+$"), a2a.DELETE_PUSH_CONFIG),
+    ("GET", re.compile(r"/(?:extendedAgentCard|v1/card)$"), a2a.GET_EXTENDED_CARD),
+)
+_SKILL_KEYS = ("skill", "skillId", "skill_id")
+
+
+def is_card(http_method: str | None, path: str | None) -> bool:
+    """A GET of the agent card (the well-known paths of v1.0, v0.3 and v0.2)."""
+    return http_method == "GET" and path is not None and path.endswith(a2a.CARD_PATHS)
+
+
+def classify(msg: Message, an_agent: bool) -> A2aCall | None:
+    """What `msg` (a request whose body, if any, was read) is in A2A's terms, or None when it is none.
+
+    A JSON-RPC request is told by its method; an HTTP+JSON one by its path, when it carries the
+    `A2A-Version` header (as the SDKs send it) or `an_agent` is true (the route served an agent card).
+    """
+    if is_card(msg.http_method, msg.path):
+        return A2aCall(a2a.GET_AGENT_CARD, _header_version(msg.headers) or "1.0", REST)
+    rpc = msg.rpc
+    if rpc is not None:
+        return _jsonrpc_call(rpc)
+    version = _header_version(msg.headers)
+    if msg.path is None or (version is None and not an_agent):
+        return None
+    for http_method, pattern, method in _REST:
+        found = pattern.search(msg.path)
+        if found is not None and http_method in ("*", msg.http_method):
+            call = A2aCall(method, version or "0.3", REST, task_id=found.groupdict().get("task"))
+            if method in a2a.SENDS and msg.body:
+                body = _json(msg.body)
+                if isinstance(body, dict):
+                    _read_send(call, body)
+            return call
+    return None
+
+
+def _jsonrpc_call(rpc: dict[str, Any]) -> A2aCall | None:
+    name, params = rpc.get("method"), rpc.get("params")
+    params = params if isinstance(params, dict) else {}
+    if name in a2a.METHODS:
+        call = A2aCall(name, "1.0", JSONRPC)
+    elif name in a2a.FROM_V0_3 and not (name in ("tasks/get", "tasks/cancel") and "taskId" in params):
+        call = A2aCall(a2a.FROM_V0_3[name], "0.3", JSONRPC)  # (MCP's Tasks has tasks/get too, with a taskId)
+    else:
+        return None
+    if call.method in a2a.SENDS:
+        _read_send(call, params)
+    else:
+        task = params.get("taskId") if call.method in _PUSH else params.get("id")
+        call.task_id = task if isinstance(task, str) else None
+    return call
+
+
+_PUSH = frozenset({a2a.CREATE_PUSH_CONFIG, a2a.GET_PUSH_CONFIG, a2a.LIST_PUSH_CONFIGS, a2a.DELETE_PUSH_CONFIG})
+
+
+def _read_send(call: A2aCall, params: Mapping[str, Any]) -> None:
+    """A sent message's task (a follow-up names it) and skill (its metadata's, or the request's)."""
+    message = params.get("message")
+    if not isinstance(message, dict):
+        return
+    task = message.get("taskId")
+    call.task_id = task if isinstance(task, str) else None
+    call.followup = call.task_id is not None
+    for metadata in (message.get("metadata"), params.get("metadata")):
+        if isinstance(metadata, dict):
+            skill = next((value for key in _SKILL_KEYS if isinstance(value := metadata.get(key), str)), None)
+            if skill is not None:
+                call.skill = skill
+                return
+
+
+def _header_version(headers: Mapping[str, str]) -> str | None:
+    value = headers.get(a2a.VERSION_HEADER)
+    if value is None:
+        return None
+    return "0.3" if value.strip().startswith("0.") else "1.0"
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+# --- replies -------------------------------------------------------------------------------------
+
+_WRAPPED = {"task": "task", "message": "message", "statusUpdate": "status", "artifactUpdate": "artifact"}  # v1.0
+_KINDS = {"task": "task", "message": "message", "status-update": "status", "artifact-update": "artifact"}  # v0.3
+
+
+@dataclass(slots=True)
+class Piece:
+    """A task, message, status update or artifact update in a reply, and how to put a new one in its place."""
+
+    kind: str
+    obj: dict[str, Any]
+    put: Callable[[dict[str, Any]], None]
+
+    @property
+    def task_id(self) -> str | None:
+        value = self.obj.get("id") if self.kind == "task" else self.obj.get("taskId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def state(self) -> TaskState | None:
+        status = self.obj.get("status") if self.kind in ("task", "status") else None
+        return parse_state(status.get("state")) if isinstance(status, dict) else None
+
+    @property
+    def ends_stream(self) -> bool:
+        """True for the piece after which a task's stream ends: its state is terminal or interrupted."""
+        return self.state in TERMINAL or self.state in INTERRUPTED
+
+
+def pieces(holder: dict[str, Any], key: str = "result") -> list[Piece]:
+    """The pieces in `holder[key]` (a JSON-RPC reply's result, or a REST body held under "result"):
+    a task, a message, either wrapped as v1.0 wraps them or tagged with v0.3's `kind`, an event of a
+    stream, or a list of tasks (ListTasks)."""
+    value = holder.get(key)
+    if not isinstance(value, dict):
+        return []
+    kind = _KINDS.get(value.get("kind")) if isinstance(value.get("kind"), str) else None
+    if kind is not None or _is_task(value):
+        return [Piece(kind or "task", value, lambda new: holder.__setitem__(key, new))]
+    wrapped = [(name, kind) for name, kind in _WRAPPED.items() if isinstance(value.get(name), dict)]
+    if len(wrapped) == 1:
+        name, kind = wrapped[0]
+        return [Piece(kind, value[name], lambda new: value.__setitem__(name, new))]
+    tasks = value.get("tasks")
+    if isinstance(tasks, list):
+        return [Piece("task", task, lambda new, i=i: tasks.__setitem__(i, new))
+                for i, task in enumerate(tasks) if isinstance(task, dict)]
+    return []
+
+
+def _is_task(value: dict[str, Any]) -> bool:
+    return isinstance(value.get("id"), str) and isinstance(value.get("status"), dict)
+
+
+def version_of(piece: Piece, default: str) -> str:
+    """The version a piece is written in: v0.3 tags every object with its `kind`."""
+    return "0.3" if "kind" in piece.obj else default
+
+
+def with_state(piece: Piece, version: str, state: TaskState, text: str | None, *, keep_results: bool) -> dict[str, Any]:
+    """The piece (a task or a status update) in `state`, its status message saying `text` (none when
+    None); a task's artifacts dropped unless `keep_results`. Other fields as they were."""
+    obj = dict(piece.obj)
+    status = dict(obj.get("status") or {})
+    status["state"] = a2a_spelling(state, version)
+    if text is None:
+        status.pop("message", None)
+    else:
+        status["message"] = agent_message(text, version, piece.task_id, obj.get("contextId"))
+    obj["status"] = status
+    if piece.kind == "task" and not keep_results:
+        obj.pop("artifacts", None)
+    if piece.kind == "status" and version == "0.3":
+        obj["final"] = state in TERMINAL or state in INTERRUPTED
+    return obj
+
+
+def agent_message(text: str, version: str, task_id: str | None, context_id: Any) -> dict[str, Any]:
+    """A message from the remote agent saying `text` (its id a digest of what it says, so a resent
+    answer is the same message)."""
+    message_id = hashlib.blake2b(f"{task_id}\0{text}".encode(), digest_size=16).hexdigest()
+    if version == "0.3":
+        message: dict[str, Any] = {"kind": "message", "messageId": message_id, "role": "agent",
+                                   "parts": [{"kind": "text", "text": text}]}
+    else:
+        message = {"messageId": message_id, "role": "ROLE_AGENT", "parts": [{"text": text}]}
+    if task_id is not None:
+        message["taskId"] = task_id
+    if isinstance(context_id, str):
+        message["contextId"] = context_id
+    return message
+
+
+def part_lists(piece: Piece) -> list[list[Any]]:
+    """The lists of parts a piece carries what the remote agent says in: a message's, a status message's,
+    each artifact's (a task's) or the artifact's (an artifact update). A task's history is the past."""
+    obj = piece.obj
+    found: list[Any] = []
+    if piece.kind == "message":
+        found.append(obj.get("parts"))
+    elif piece.kind in ("task", "status"):
+        status = obj.get("status")
+        message = status.get("message") if isinstance(status, dict) else None
+        if isinstance(message, dict):
+            found.append(message.get("parts"))
+        if piece.kind == "task" and isinstance(obj.get("artifacts"), list):
+            found += [artifact.get("parts") for artifact in obj["artifacts"] if isinstance(artifact, dict)]
+    elif piece.kind == "artifact" and isinstance(obj.get("artifact"), dict):
+        found.append(obj["artifact"].get("parts"))
+    return [parts for parts in found if isinstance(parts, list)]
+
+
+def part_text(part: Any) -> str | None:
+    """A text part's text, or a data part's data as JSON text; None for files, URLs and raw bytes."""
+    if not isinstance(part, dict):
+        return None
+    if isinstance(part.get("text"), str):
+        return part["text"]
+    if "data" in part and part.get("kind", "data") == "data":
+        return orjson.dumps(part["data"]).decode()
+    return None
+
+
+def with_text(part: dict[str, Any], text: str) -> dict[str, Any] | None:
+    """`part` saying `text` instead (a data part: `text` parsed as JSON), or None when it cannot."""
+    if isinstance(part.get("text"), str):
+        return {**part, "text": text}
+    data = _json(text.encode())
+    return None if data is None and text.strip() != "null" else {**part, "data": data}
+
+
+# --- the proxy's own answers ---------------------------------------------------------------------
+
+
+def result_body(call: A2aCall, rpc_id: Any, result: Any) -> bytes:
+    """A reply carrying `result`, as `call`'s binding writes it."""
+    if call.binding == JSONRPC:
+        return orjson.dumps({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+    return orjson.dumps(result)
+
+
+def send_result(call: A2aCall, piece_kind: str, obj: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """How a task or message answers a send (or is an event of a stream): v1.0 wraps it by kind, v0.3
+    tags it (and its tasks answer a send bare)."""
+    if call.version == "0.3":
+        return obj if "kind" in obj else {**obj, "kind": "task" if piece_kind == "task" else "message"}
+    name = {"task": "task", "message": "message", "status": "statusUpdate", "artifact": "artifactUpdate"}[piece_kind]
+    return {name: obj} if stream or piece_kind in ("task", "message") else obj
+
+
+def sse_event(data: bytes) -> bytes:
+    return b"data: " + data + b"\r\n\r\n"
