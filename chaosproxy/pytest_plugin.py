@@ -10,6 +10,16 @@
 define, which may start the server), `scenario` (YAML text or a mapping) and `seed`.
 `chaosproxy_factory(upstream, scenario=None, seed=None)` starts more. Proxies for stdio servers are
 not offered yet. Loaded through the `pytest11` entry point; `-p no:chaosproxy` turns it off.
+
+    @pytest.mark.chaosproxy_cassette("cassettes/search")    # a folder from --record, or a VCR.py file
+    def test_agent_offline(chaosproxy_replay, chaosproxy_factory):
+        proxy = chaosproxy_factory(chaosproxy_replay.url, {"rules": [...]})   # faults on replayed traffic
+        assert run_agent(base_url=proxy.url).succeeded
+        assert chaosproxy_replay.unmatched == []
+
+`chaosproxy_replay` serves the marker's cassette (a path relative to the test's file, or absolute) as the
+upstream: `.url`, `.unmatched`; it answers at once unless the marker gives `speed=N` (the recorded timing
+N times as fast).
 """
 
 from __future__ import annotations
@@ -21,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # imported when first used: the plugin loads in every pytest run
+    from chaosproxy.cassette.embedded import EmbeddedReplay
     from chaosproxy.embedded import EmbeddedProxy
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "chaosproxy(upstream=None, scenario=None, seed=None): how the chaosproxy fixture starts")
+    config.addinivalue_line(
+        "markers", "chaosproxy_cassette(path, speed=None): the cassette the chaosproxy_replay fixture serves")
 
 
 @pytest.fixture
@@ -65,3 +78,18 @@ def chaosproxy(request: pytest.FixtureRequest,
     if upstream is None:
         upstream = request.getfixturevalue("chaosproxy_upstream")
     return chaosproxy_factory(upstream, **options)
+
+
+@pytest.fixture
+def chaosproxy_replay(request: pytest.FixtureRequest) -> Iterator[EmbeddedReplay]:
+    """The chaosproxy_cassette marker's cassette served as the upstream for this test (stopped after it)."""
+    from chaosproxy.cassette.embedded import EmbeddedReplay
+
+    marker = request.node.get_closest_marker("chaosproxy_cassette")
+    if marker is None or not (marker.args or "path" in marker.kwargs):
+        pytest.fail("chaosproxy_replay needs @pytest.mark.chaosproxy_cassette(PATH)", pytrace=False)
+    path = Path(marker.kwargs.get("path") or marker.args[0])
+    if not path.is_absolute():
+        path = request.path.parent / path
+    with EmbeddedReplay(path, speed=marker.kwargs.get("speed")) as replay:
+        yield replay

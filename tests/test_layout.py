@@ -17,6 +17,7 @@ BELOW = {
     "telemetry": {"adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
     "adapters": {"control", "drill", "report", "cli", "demo", "embedded"},
     "control": {"drill", "report", "cli", "demo"},
+    "cassette": {"drill", "report", "cli", "demo"},
     "report": {"engine", "adapters", "control", "cli", "demo"},
 }
 ENTRY_POINTS = {"chaosproxy.__main__", "chaosproxy.drill.fork_server"}  # the only importers of the command line

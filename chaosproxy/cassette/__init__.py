@@ -5,6 +5,6 @@
 `match` says which recorded exchange a live request is; `replay` serves a cassette as the upstream
 (HTTP on the data plane's wire, or stdio); `drift` compares a cassette with the live upstream; `vcr`
 reads and writes VCR.py cassettes; `command` is the command line's part.
-May import: adapters (the wire the replay server is built on), engine, protocols and telemetry; never
-control, drill, report or cli.
+May import: adapters (the wire the replay server is built on), control (a run's runtime), engine,
+protocols and telemetry; never drill, report or cli (the drill imports it: a drill may run offline).
 """

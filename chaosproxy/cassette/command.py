@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chaosproxy.cassette.format import Cassette, CassetteError, CassetteWriter, new_header, read_cassette
+from chaosproxy.cassette.format import Cassette, CassetteError, CassetteWriter, new_header
+from chaosproxy.cassette.reading import read_cassette
 from chaosproxy.cassette.recorder import HttpRecorder, StdioRecorder
 from chaosproxy.cassette.redact import Redactor, redacted_command
 from chaosproxy.telemetry.log import ops

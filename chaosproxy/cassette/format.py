@@ -251,13 +251,28 @@ class CassetteWriter:
 
 # reading
 
-def read_cassette(source: Path) -> Cassette:
-    """A cassette folder (or its cassette.jsonl), or a VCR.py cassette file (.yaml, .yml, .json).
-    Raises CassetteError naming the file, line and reason."""
-    if source.is_file() and source.suffix in (".yaml", ".yml", ".json"):
-        from chaosproxy.cassette.vcr import read_vcr
+def cassette_kind(source: Path) -> str:
+    """A cassette's kind (http or stdio) from its header alone. Raises CassetteError."""
+    if is_vcr(source):
+        return "http"  # VCR.py records HTTP only
+    path = (source.parent if source.name == CASSETTE_FILE else source) / CASSETTE_FILE
+    try:
+        with open(path, "rb") as lines:
+            head = orjson.loads(lines.readline())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise CassetteError(f"{path}: not a readable cassette: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(head, dict) or head.get("kind") not in KINDS:
+        raise CassetteError(f"{path}:1: not a chaosproxy cassette header")
+    return str(head["kind"])
 
-        return read_vcr(source)
+
+def is_vcr(source: Path) -> bool:
+    """A VCR.py cassette file rather than a cassette folder."""
+    return source.is_file() and source.suffix in (".yaml", ".yml", ".json")
+
+
+def read_folder(source: Path) -> Cassette:
+    """A cassette folder (or its cassette.jsonl). Raises CassetteError naming the file, line and reason."""
     folder = source.parent if source.name == CASSETTE_FILE else source
     path = folder / CASSETTE_FILE
     try:

@@ -14,7 +14,7 @@ import asyncio
 import socket
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +141,11 @@ class HttpReplay:
     def key(self, method: str, target: str, body: bytes) -> Key:
         return request_key(method, target, body, self.redactor)
 
-    def answer(self, method: str, target: str, session: str | None, body: bytes) -> Answer | str:
-        """The recorded answer to a live request, or the error message saying why there is none."""
+    def answer(self, method: str, target: str, session: str | None, body: bytes,
+               headers: Sequence[tuple[str, str]] = ()) -> Answer | str:
+        """The recorded answer to a live request, or the error message saying why there is none. Its
+        `headers` are redacted first, as when it was recorded, so that their secrets are known in its body."""
+        self.redactor.headers(headers, "request", [])
         key = self.key(method, target, body)
         scope = session if session is not None and session in self.sessions else ""
         exchange = self.index.take(key, scope)
@@ -260,7 +263,8 @@ class ReplayServer:
             return
         session = head.get(self.session_header)
         answer = self.replay.answer(head.method, head.target.decode("latin-1"),
-                                    session.decode("latin-1") if session is not None else None, body)
+                                    session.decode("latin-1") if session is not None else None, body,
+                                    [(name.decode("latin-1"), value.decode("latin-1")) for name, value in head.headers])
         if isinstance(answer, str):
             ops.warning("%s", answer)
             self._error(exchange, 404, answer, body)
