@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections import OrderedDict
+from collections import ChainMap, OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -466,8 +466,9 @@ class LlmExchange:
 
     def edit_call(self, call: ToolCall) -> ToolCall:
         """A tool call the model made, as the agent gets it: routes undone, tool-call faults applied."""
-        headers = {"Content-Type": "text/event-stream" if self.request.stream else "application/json"}
-        message = view.tool_call(self.msg, call, headers=headers)
+        content_type = {"Content-Type": "text/event-stream" if self.request.stream else "application/json"}
+        # the request's headers stay readable under it: a rule may match the agent's (X-Chaosproxy-Agent)
+        message = view.tool_call(self.msg, call, headers=ChainMap(content_type, self.msg.headers))
         before = message.rpc
         fired = self._decide(message, key_of("call", call.name, call.arguments))
         params = (message.rpc or {}).get("params") or {}

@@ -10,7 +10,7 @@ relayed, the next about to go) an `llm/stream-event` response.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +101,7 @@ class Reply:
 
 
 def synthetic(base: Message, phase: Phase, rpc: dict[str, Any], *, request: Message | None = None,
-              headers: dict[str, str] | None = None) -> Message:
+              headers: Mapping[str, str] | None = None) -> Message:
     """An MCP-shaped message standing for part of a model-API exchange, with its api, model and turn."""
     msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
                   headers=headers if headers is not None else base.headers, request=request, route=base.route)
@@ -117,7 +117,7 @@ def tools_list(base: Message, tools: list[dict[str, Any]]) -> Message:
                      request=request)
 
 
-def tool_call(base: Message, call: ToolCall, *, headers: dict[str, str] | None = None) -> Message:
+def tool_call(base: Message, call: ToolCall, *, headers: Mapping[str, str] | None = None) -> Message:
     arguments = call.parsed
     params = {"name": call.name, "arguments": arguments if isinstance(arguments, dict) else {}}
     return synthetic(base, Phase.REQUEST, {"jsonrpc": "2.0", "id": call.call_id, "method": "tools/call",
