@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(run)
     cassette_command.add_record_arguments(run)
 
+    run.add_argument("--toxiproxy-api", type=_listen_address, default=_env("TOXIPROXY_API"), metavar="HOST:PORT",
+                     help="serve a Toxiproxy 2.x-compatible API here (loopback only), sharing --control's proxies")
+    run.add_argument("--scope-header", default=_env("SCOPE_HEADER", "X-Chaosproxy-Scope"), metavar="NAME",
+                     help="the request header naming a scope (PUT /scopes/NAME/scenario) (default X-Chaosproxy-Scope)")
     stdio = sub.add_parser(
         "stdio", help="run an MCP server command and relay its stdio, injecting faults",
         usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] -- COMMAND [ARGS...]")
@@ -120,6 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--suite", action="store_true",
                         help="the drill suite schema: pick, and !range/!choice draws as lists")
     demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
+    toxiproxy = sub.add_parser("toxiproxy", help="serve a Toxiproxy 2.x-compatible API: its clients make "
+                                                 "chaosproxy listeners and faults (loopback only)")
+    toxiproxy.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8474"), type=_listen_address,
+                           metavar="HOST:PORT", help="where the Toxiproxy API listens (default 127.0.0.1:8474)")
+    toxiproxy.add_argument("--seed", type=_seed, default=_env("SEED"), help="root seed of the proxies made "
+                                                                            "(default: random, logged)")
+    toxiproxy.add_argument("--log", type=Path, default=_env("LOG"), help="perturbation log (default: stderr)")
+    toxiproxy.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
+                           help="also serve chaosproxy's control API (journal, scopes, scenarios) here")
+    toxiproxy.add_argument("--control-token", metavar="TOKEN", help="the control API's bearer token")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
 
     drill_command.add_arguments(sub.add_parser(
@@ -245,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             from chaosproxy.demo import run_demo
             return run_demo(args.log)
         case "drill":
+        case "toxiproxy":
+            from chaosproxy.control.toxiproxy import main as toxiproxy_main
+            return toxiproxy_main(args)
             return drill_command.main(args)
         case "merge":
             return drill_command.merge_main(args)
@@ -305,7 +322,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                          session_ttl=args.session_ttl, max_sessions=args.max_sessions,
                          otel=args.otel) as engine:
             async def serve() -> None:
-                async with _controlled(engine, args):
+                async with _controlled(engine, args) as control:
                     proxy = make_proxy(engine)
                     try:
                         bound = await proxy.start(host, port)
@@ -313,6 +330,8 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                                  len(engine.scenario.rules), open_files or "unlimited")
                         settle_heap()
                         await wait_for_stop_signal()
+                    if control is not None:
+                        control.attach(proxy)  # its scopes
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
@@ -331,22 +350,25 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
 
 
 @contextlib.asynccontextmanager
-async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[None]:
-    """The control API (--control), scenario reloading (SIGHUP, --watch) and the log's periodic flush,
-    as every proxy command has them."""
+async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[Any]:
+    """The control API (--control; yielded, or None), the Toxiproxy API (run --toxiproxy-api), scenario
+    reloading (SIGHUP, --watch) and the log's periodic flush, as every proxy command has them."""
     from chaosproxy.control.reload import reloading
 
     roots = [*([args.scenario.parent] if args.scenario else []), *args.scenario_dirs]
     control: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
-    if args.control is not None:  # the control API (aiohttp's server, prometheus) is loaded only when asked for
-        from chaosproxy.control.api import serve_control
-        control = serve_control(engine, args.control, _control_token(args), file_roots=roots)
+    toxiproxy = getattr(args, "toxiproxy_api", None)
+    if args.control is not None or toxiproxy is not None:  # (aiohttp's server, prometheus: loaded when asked for)
+        from chaosproxy.control.toxiproxy import serve_apis
+        control = serve_apis(engine, args.control, _control_token(args), file_roots=roots, toxiproxy=toxiproxy,
+                             scope_header=getattr(args, "scope_header", "X-Chaosproxy-Scope"))
     flusher = asyncio.create_task(engine.log.flush_periodically())
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, engine.log.reopen)  # logrotate: the log file again, by name
     try:
-        async with control, reloading(engine, args.scenario, watch=args.watch, scenario_dirs=args.scenario_dirs):
-            yield
+        async with control as server, reloading(engine, args.scenario, watch=args.watch,
+                                                scenario_dirs=args.scenario_dirs):
+            yield server
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
         flusher.cancel()

@@ -3,6 +3,10 @@
     control = ControlClient("http://127.0.0.1:8801")
     with control.fault({"match": {"path": "/api/*"}, "fault": {"type": "http_error", "status": 503}}):
         run_the_agent()
+    assert control.calls(tool="search")[0]["faults"] == [...]
+
+`control.scoped("t1")` is the same API for one scope of the proxy's listener (its requests carry
+`control.headers`), `control.for_proxy("p1")` for a proxy made on demand (`create_proxy`).
 """
 
 from __future__ import annotations
@@ -31,24 +35,80 @@ class ControlError(RuntimeError):
 
 
 class ControlClient:
-    """One chaosproxy's control API. The token defaults to $CHAOSPROXY_CONTROL_TOKEN ("" for none)."""
+    """One chaosproxy's control API. The token defaults to $CHAOSPROXY_CONTROL_TOKEN ("" for none).
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10) -> None:
+    With `proxy` and/or `scope`, its scenario methods and journal act on that proxy made on demand and/or
+    that scope (ask for one with `for_proxy` and `scoped`)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10, proxy: str | None = None,
+                 scope: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = (token if token is not None else os.environ.get(TOKEN_ENV)) or None
         self.timeout = timeout
+        self.proxy = proxy
+        self.scope = scope
+        self.headers: dict[str, str] = {}  # what a request carries to be in the scope (set by `scoped`)
+        parts = [f"/proxies/{_segment(proxy)}" if proxy else "", f"/scopes/{_segment(scope)}" if scope else ""]
+        self._prefix = "".join(parts)
         # Never through an HTTP proxy from the environment: the control API is local or reached directly.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
+    def scoped(self, name: str, scenario: str | Mapping[str, Any] | None = None) -> ControlClient:
+        """The same API for scope `name` of the listener, made now with `scenario` (else none: no faults)
+        if it is new; its `headers` are what puts a request in it."""
+        scoped = ControlClient(self.url, token=self.token or "", timeout=self.timeout, proxy=self.proxy, scope=name)
+        scoped.put_scenario(scenario if scenario is not None else {})
+        header = self._json("GET", f"/proxies/{_segment(self.proxy)}/scopes" if self.proxy else "/scopes")["header"]
+        scoped.headers = {header: name}
+        return scoped
+
+    def delete_scope(self) -> None:
+        """Forget this client's scope (its scenario, counters and sessions)."""
+        assert self.scope is not None, "a client of a scope (ControlClient.scoped) deletes it"
+        self._request("DELETE", self._prefix, timeout=self.timeout).close()
+
+    def create_proxy(self, name: str, upstream: str | Mapping[str, str], *, listen: str = "127.0.0.1:0",
+                     scenario: str | Mapping[str, Any] | None = None, seed: int | None = None) -> dict[str, Any]:
+        """Make a proxy on demand (a listener of its own; `upstream` a URL, or routes PREFIX -> URL);
+        returns it, `listen` the address it took. Talk to it with `for_proxy(name)`."""
+        optional = {"scenario": scenario, "seed": seed}
+        body = {"name": name, "listen": listen, "routes" if isinstance(upstream, Mapping) else "upstream": upstream,
+                **{key: value for key, value in optional.items() if value is not None}}
+        return self._json("POST", "/proxies", json.dumps(body).encode(), "application/json")
+
+    def delete_proxy(self, name: str) -> None:
+        self._request("DELETE", f"/proxies/{_segment(name)}", timeout=self.timeout).close()
+
+    def for_proxy(self, name: str) -> ControlClient:
+        """The same API for a proxy made on demand."""
+        return ControlClient(self.url, token=self.token or "", timeout=self.timeout, proxy=name)
+
+    def journal(self, **filters: str | int) -> dict[str, Any]:
+        """GET /journal: {"lines": [...], "last": SEQ}. Filters: event, scope, proxy, tool, rule, fault
+        (a fault type), method, session, path, since (a SEQ), limit; this client's proxy and scope are
+        filled in."""
+        mine = {"proxy": self.proxy, "scope": self.scope}
+        query = {key: value for key, value in {**mine, **filters}.items() if value is not None}
+        return self._json("GET", "/journal?" + urllib.parse.urlencode(query))
+
+    def calls(self, **filters: str | int) -> list[dict[str, Any]]:
+        """The call lines the proxy kept (oldest first), e.g. calls(tool="search"): each has `faults`, the
+        rules whose faults hit the call."""
+        return self.journal(**filters, event="call")["lines"]
+
+    def faults(self, **filters: str | int) -> list[dict[str, Any]]:
+        """The fault lines the proxy kept (oldest first), e.g. faults(rule="down")."""
+        return self.journal(**filters, event="fault")["lines"]
+
     def get_scenario(self) -> dict[str, Any]:
-        return self._json("GET", "/scenario")
+        return self._json("GET", self._prefix + "/scenario")
 
     def put_scenario(self, scenario: str | Mapping[str, Any], *, source: str | None = None) -> dict[str, Any]:
         """Replace the scenario with YAML text or a mapping; returns it as now in force.
 
         `source` names the text in error reasons (a file name gives FILE:LINE reasons).
         """
-        path = "/scenario" + (f"?{urllib.parse.urlencode({'source': source})}" if source else "")
+        path = self._prefix + "/scenario" + (f"?{urllib.parse.urlencode({'source': source})}" if source else "")
         if isinstance(scenario, str):
             return self._json("PUT", path, scenario.encode(), "application/yaml")
         return self._json("PUT", path, json.dumps(scenario).encode(), "application/json")
@@ -58,12 +118,12 @@ class ControlClient:
         """Enable, disable or change the probability of one rule; returns the rule as now in force."""
         change = {key: value for key, value in (("enabled", enabled), ("probability", probability))
                   if value is not None}
-        return self._json("PATCH", f"/rules/{urllib.parse.quote(name, safe='')}", json.dumps(change).encode(),
+        return self._json("PATCH", f"{self._prefix}/rules/{_segment(name)}", json.dumps(change).encode(),
                           "application/json")
 
     def reset(self) -> None:
         """Forget every counter and session state (rules with `first`, `after`, rate limits start over)."""
-        self._request("POST", "/reset", timeout=self.timeout).close()
+        self._request("POST", self._prefix + "/reset", timeout=self.timeout).close()
 
     def metrics(self) -> str:
         with self._request("GET", "/metrics", timeout=self.timeout) as response:
@@ -126,6 +186,10 @@ class ControlClient:
                 except ValueError:
                     detail = {}
             raise ControlError(exc.code, detail.get("error", exc.reason), detail.get("problems")) from None
+
+
+def _segment(name: str | None) -> str:
+    return urllib.parse.quote(name or "", safe="")
 
 
 class EventStream:

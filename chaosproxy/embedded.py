@@ -12,6 +12,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -27,7 +28,62 @@ from chaosproxy.engine.scenario import Scenario, parse_scenario
 HOST = "127.0.0.1"
 
 
-class EmbeddedProxy:
+class ProxyView:
+    """What a test holds of a proxy: where the agent connects (`url`, with `headers` on each request),
+    the control API (`control`), and what the proxy recorded (`calls`, `faults`, `journal`)."""
+
+    url: str
+    control: ControlClient
+    headers: dict[str, str]
+
+    def fault(self, rule: Mapping[str, Any]) -> contextlib.AbstractContextManager[str]:
+        """Add a rule for the duration of a `with` block (see ControlClient.fault)."""
+        return self.control.fault(rule)
+
+    def calls(self, **filters: str | int) -> list[dict[str, Any]]:
+        """The call lines recorded, oldest first: `calls(tool="search")` (ControlClient.calls)."""
+        return self.control.calls(**filters)
+
+    def faults(self, **filters: str | int) -> list[dict[str, Any]]:
+        """The fault lines recorded, oldest first: `faults(rule="down")` (ControlClient.faults)."""
+        return self.control.faults(**filters)
+
+    def journal(self, **filters: str | int) -> dict[str, Any]:
+        return self.control.journal(**filters)
+
+    def http_client(self, **options: Any) -> Any:
+        """An httpx.Client for the agent's side: base URL and headers set (httpx must be installed)."""
+        import httpx
+
+        return httpx.Client(base_url=self.url, headers=self.headers, **options)
+
+    def async_http_client(self, **options: Any) -> Any:
+        """An httpx.AsyncClient, as http_client."""
+        import httpx
+
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, **options)
+
+
+@dataclass
+class ScopedProxy(ProxyView):
+    """One scope of a proxy many tests share (control/scopes.py): its requests carry the scope header, its
+    scenario and counters are its own. `close()` deletes the scope."""
+
+    url: str
+    control: ControlClient
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, url: str, control: ControlClient, name: str,
+             scenario: str | Mapping[str, Any] | None = None) -> ScopedProxy:
+        scoped = control.scoped(name, scenario)
+        return cls(url, scoped, scoped.headers)
+
+    def close(self) -> None:
+        self.control.delete_scope()
+
+
+class EmbeddedProxy(ProxyView):
     """`with EmbeddedProxy(upstream) as proxy:` gives `proxy.url`, `proxy.control` and `proxy.fault(rule)`.
 
     The scenario may be YAML text, a mapping or a Scenario (invalid ones raise ScenarioError); the
@@ -42,6 +98,7 @@ class EmbeddedProxy:
         self.log_path = Path(log_path) if log_path is not None else None
         self.url = ""
         self.control_url = ""
+        self.headers = {}
         self._stack = contextlib.ExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine: Engine | None = None
@@ -66,6 +123,7 @@ class EmbeddedProxy:
             self._stack.callback(lambda: self._run(proxy.stop()))
             port = self._run(proxy.start(HOST, 0))
             control, control_port = self._run(start_control(engine, HOST, 0))
+            control.attach(proxy)
             self._stack.callback(lambda: self._run(control.stop()))
         except BaseException:
             self.stop()
@@ -79,15 +137,11 @@ class EmbeddedProxy:
         """Stop listening, stop the thread and close the log; safe to call twice."""
         self._stack.close()
 
-    def fault(self, rule: Mapping[str, Any]) -> contextlib.AbstractContextManager[str]:
-        """Add a rule for the duration of a `with` block (see ControlClient.fault)."""
-        return self.control.fault(rule)
-
     def log_lines(self, event: str | None = None) -> list[dict[str, Any]]:
         """The perturbation log so far (`event`: only fault, call, run or error lines); needs `log_path`."""
         if self.log_path is None:
             raise ValueError("the log goes to stderr: give log_path to read it back")
-        self._engine.log.flush()  # call lines are flushed in batches
+        self.engine.log.flush()  # call lines are flushed in batches
         lines = (json.loads(line) for line in self.log_path.read_text().splitlines() if line)
         return [line for line in lines if event is None or line["event"] == event]
 

@@ -1,9 +1,10 @@
 """An MCP server (Python SDK 2.3) that uses what the 2026-07-28 revision and its extensions add, for the
 faults on them: multi-round-trip input (`deploy` asks for a confirmation), cache hints on its lists,
-tools that change underneath (`retire` removes one and says so on `subscriptions/listen`), resource
-updates (`touch`), and the Tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663), which the SDK
-does not ship but lets a server add through its extension API: `report` answers a client that declared
-the extension with a task, which `tasks/get` reports as working for `polls` polls, then completed.
+tools that change underneath (`spawn` adds one, `retire` removes one, each saying so on
+`subscriptions/listen`; each test its own), resource updates (`touch`), and the Tasks extension
+(`io.modelcontextprotocol/tasks`, SEP-2663), which the SDK does not ship but lets a server add through
+its extension API: `report` answers a client that declared the extension with a task, which
+`tasks/get` reports as working for `polls` polls, then completed.
 
   python -m tests.modern_server http --port 9021 [--cache-ttl-ms N] [--cache-scope private|public]
   python -m tests.modern_server stdio
@@ -112,6 +113,13 @@ def build(cache_ttl_ms: int = 0, cache_scope: str = "private") -> MCPServer:
     def forecast(city: str) -> str:
         """Tomorrow's weather in a city (retired by `retire`)."""
         return f"{city} tomorrow: 19 C, rain"
+
+    @server.tool()
+    async def spawn(name: str, ctx: Context) -> str:
+        """Add a tool `name` (it echoes its text), and say so to subscribers (tools/list_changed)."""
+        server.add_tool(lambda text="": f"{name}: {text}", name=name, description=f"echo, as {name}")
+        await ctx.notify_tools_changed()
+        return f"spawned {name}"
 
     @server.tool()
     async def retire(name: str, ctx: Context) -> str:

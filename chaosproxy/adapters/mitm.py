@@ -332,8 +332,11 @@ class ChaosAddon:
                             flow.kill()
                             return
                         state.outcome = "ok"
-                    case Reset():
+                    case Reset(delay=delay):
                         state.outcome = "reset"
+                        if delay and await self._until_gone(flow, delay):
+                            flow.kill()
+                            return
                         if (wire := self._wire(flow)) is not None:
                             wire.reset()
                         flow.kill()

@@ -517,7 +517,8 @@ class StdioRelay:
                 case Truncate(limit, fraction):
                     cut = limit if limit is not None else int(len(payload) * (fraction or 0))
                     outcome = "truncated"
-                case Reset(after_bytes):
+                case Reset(after_bytes, delay):
+                    await wait(delay)
                     cut, outcome = after_bytes or 0, "reset"
                 # CutStream has no stream to cut on stdio; Rewrite is already in msg.body
         await pipe.send(payload[:cut], drip)

@@ -15,6 +15,13 @@ Toxiproxy-style, so chaos drills can be scripted:
   GET /stats            each rule's totals over the run (matched; fired: its fault lines, as /metrics counts
                         them), call and fault totals, active sessions
   POST /scenario/check  validate a scenario (FILE:LINE reasons) without putting it in force
+  GET /journal          the call and fault lines kept in memory, filtered (control/journal.py)
+  GET, POST /proxies    proxies made on demand (control/proxies.py); GET, PATCH, DELETE /proxies/{name}
+  GET /scopes           the scopes of the listener (control/scopes.py); DELETE /scopes/{scope}
+
+/scenario, /rules/{name} and /reset act on the run's own scenario; under /scopes/{scope}, on a scope's
+(PUT makes the scope), under /proxies/{name}, on a proxy made on demand, and under
+/proxies/{name}/scopes/{scope}, on a scope of one (control/targets.py).
 
 It must run on the event loop that serves the proxy: a scenario swap then never lands in the middle
 of a decision, and log listeners run on the loop that owns the event queues.
@@ -52,10 +59,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from yarl import URL
 
 from chaosproxy import __version__
+from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.client import TOKEN_ENV
+from chaosproxy.control.journal import Journal, JournalQueryError
+from chaosproxy.control.proxies import ProxyError, ProxyRegistry
+from chaosproxy.control.scopes import ScopeError, Scopes
+from chaosproxy.control.targets import Target, TargetError, find_target
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.named_files import ScenarioFiles
 from chaosproxy.engine.scenario import Scenario, ScenarioError, keep_routes, off_loop, parse_scenario
+from chaosproxy.engine.sessions import SCOPE_HEADER
 from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.metrics import LogMetrics
@@ -108,9 +121,15 @@ class ControlServer:
     """The control API over one engine, on a listener of its own."""
 
     def __init__(self, engine: Engine, *, token: str | None = None, file_roots: Iterable[Path] = (),
-                 event_queue: int = EVENT_QUEUE_SIZE, max_subscribers: int = MAX_SUBSCRIBERS) -> None:
-        """`file_roots`: the only folders a PUT scenario may name files in (none: it may name no file)."""
+                 event_queue: int = EVENT_QUEUE_SIZE, max_subscribers: int = MAX_SUBSCRIBERS,
+                 proxies: ProxyRegistry | None = None) -> None:
+        """`file_roots`: the only folders a PUT scenario may name files in (none: it may name no file);
+        `proxies`: the proxies made on demand, when another API (Toxiproxy's) shares them (else its own)."""
         self.engine = engine
+        self.proxies = proxies or ProxyRegistry(engine, SCOPE_HEADER)
+        self._own_proxies = proxies is None
+        self.scopes: Scopes | None = None  # the listener's, once attached
+        self.journal = Journal()
         self.token = token or None
         self.file_roots = tuple(file_roots)
         self.max_subscribers = max_subscribers
@@ -134,11 +153,21 @@ class ControlServer:
         if not self._loopback and self.token is None:
             raise ControlConfigError(f"the control API on {host or 'every interface'} is not on loopback, "
                                      f"so it needs a token: pass --control-token or set {TOKEN_ENV}")
-        app = web.Application(middlewares=[self._guard])
-        app.router.add_get("/scenario", self._get_scenario)
-        app.router.add_put("/scenario", self._put_scenario)
-        app.router.add_patch("/rules/{name}", self._patch_rule)
-        app.router.add_post("/reset", self._reset)
+        app = web.Application(middlewares=[self._guard, _refusals])
+        for prefix in ("", "/scopes/{scope}", "/proxies/{proxy}", "/proxies/{proxy}/scopes/{scope}"):
+            app.router.add_get(prefix + "/scenario", self._get_scenario)
+            app.router.add_put(prefix + "/scenario", self._put_scenario)
+            app.router.add_patch(prefix + "/rules/{name}", self._patch_rule)
+            app.router.add_post(prefix + "/reset", self._reset)
+        for prefix in ("", "/proxies/{proxy}"):
+            app.router.add_get(prefix + "/scopes", self._list_scopes)
+            app.router.add_delete(prefix + "/scopes/{scope}", self._delete_scope)
+        app.router.add_get("/proxies", self._list_proxies)
+        app.router.add_post("/proxies", self._create_proxy)
+        app.router.add_get("/proxies/{proxy}", self._show_proxy)
+        app.router.add_patch("/proxies/{proxy}", self._change_proxy)
+        app.router.add_delete("/proxies/{proxy}", self._delete_proxy)
+        app.router.add_get("/journal", self._journal)
         app.router.add_get("/events", self._events)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/sessions", self._sessions)
@@ -148,7 +177,8 @@ class ControlServer:
         app.router.add_get("/stats", self._stats)
         app.router.add_post("/scenario/check", self._check_scenario)
         self._unsubscribe = [self.engine.log.subscribe(_never_raising(self.metrics.observe)),
-                             self.engine.log.subscribe(_never_raising(self._remember))]
+                             self.engine.log.subscribe(_never_raising(self._remember)),
+                             self.engine.log.subscribe(_never_raising(self.journal.record))]
         self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True, access_log=None,
                                      shutdown_timeout=1)
         try:
@@ -167,6 +197,10 @@ class ControlServer:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
+        if self._own_proxies:
+            await self.proxies.close()
+        if self.scopes is not None:
+            await self.scopes.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -197,28 +231,40 @@ class ControlServer:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         return scheme.lower() == "bearer" and _same(given.strip(), self.token)
 
-    def _in_force(self) -> dict[str, Any]:
+    def attach(self, proxy: object) -> None:
+        """The proxy the run listens with: an HTTP one's scopes are served from here on, named in the
+        header the proxies made on demand use too."""
+        if isinstance(proxy, HttpProxy):
+            proxy.scope_header = self.proxies.scope_header.lower().encode()
+            self.scopes = Scopes(self.engine, proxy)
+
+    def _target(self, request: web.Request, *, create: bool = False) -> Target:
+        return find_target(request.match_info, self.engine, self.scopes, self.proxies, create=create)
+
+    def _in_force(self, target: Target) -> dict[str, Any]:
         """The scenario in force; a seed it names shows as the run's, the one in force (a --seed flag
         may differ from it, and a scenario put in force later cannot change it)."""
-        data = scenario_json(self.engine.scenario)
+        data = scenario_json(target.current())
         if "seed" in data:
-            data["seed"] = self.engine.seed
+            data["seed"] = target.engine.seed
         return data
 
-    def _seed_notes(self, scenario: Scenario) -> list[str]:
+    def _seed_notes(self, scenario: Scenario, engine: Engine) -> list[str]:
         """Why a scenario's seed would not be used, when it differs from the run's."""
-        if scenario.seed is None or scenario.seed == self.engine.seed:
+        if scenario.seed is None or scenario.seed == engine.seed:
             return []
-        return [f"seed {scenario.seed} is not used: the run keeps seed {self.engine.seed}, as a seed is fixed "
+        return [f"seed {scenario.seed} is not used: the run keeps seed {engine.seed}, as a seed is fixed "
                 "when the proxy starts (restart it with --seed to change it)"]
 
     async def _get_scenario(self, request: web.Request) -> web.Response:
+        target = self._target(request)
         if request.query.get("format") == "yaml":  # for people (the console's editor)
-            text = yaml.safe_dump(self._in_force(), sort_keys=False, allow_unicode=True)
+            text = yaml.safe_dump(self._in_force(target), sort_keys=False, allow_unicode=True)
             return web.Response(text=text, content_type="application/yaml")
-        return _json(self._in_force())
+        return _json(self._in_force(target))
 
-    async def _read_scenario(self, request: web.Request) -> Scenario | tuple[int, dict[str, Any]]:
+    async def _read_scenario(self, request: web.Request,
+                             engine: Engine | None = None) -> Scenario | tuple[int, dict[str, Any]]:
         """The scenario in a request's body, or the status and reasons why it cannot be put in force.
 
         Parsed in a worker thread, so the proxy and this API keep answering meanwhile.
@@ -237,7 +283,7 @@ class ControlServer:
         files = ScenarioFiles.under(self.file_roots)
         try:
             scenario = await off_loop(lambda: parse_scenario(text, source, files), source)
-            return keep_routes(scenario, self.engine.start_routes, source)
+            return keep_routes(scenario, (engine or self.engine).start_routes, source)
         except ScenarioError as exc:
             return 400, {"error": "invalid scenario; the one in force stays", "problems": exc.problems}
 
@@ -246,21 +292,22 @@ class ControlServer:
         scenario = await self._read_scenario(request)
         if isinstance(scenario, tuple):
             return _json({"valid": False, **scenario[1]})
-        notes = self._seed_notes(scenario)
+        notes = self._seed_notes(scenario, self.engine)
         return _json({"valid": True, "rules": [rule.name for rule in scenario.rules],
                       **({"notes": notes} if notes else {})})
 
     async def _put_scenario(self, request: web.Request) -> web.Response:
-        scenario = await self._read_scenario(request)
+        target = self._target(request, create=True)
+        scenario = await self._read_scenario(request, target.engine)
         if isinstance(scenario, tuple):
             status, refusal = scenario
             return _error(status, refusal.pop("error"), **refusal)
-        self.engine.load(scenario)
-        self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules])
-        ops.info("control: scenario replaced (%d rules)", len(scenario.rules))
-        for note in self._seed_notes(scenario):
+        target.put(scenario)
+        self.engine.log.control(change="scenario", rules=[rule.name for rule in scenario.rules], **target.marks)
+        ops.info("control: scenario replaced (%d rules)%s", len(scenario.rules), _of(target))
+        for note in self._seed_notes(scenario, target.engine):
             ops.warning("control: %s", note)
-        return _json(self._in_force())
+        return _json(self._in_force(target))
 
     async def _patch_rule(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -273,22 +320,83 @@ class ControlServer:
         if not changes:
             return _error(400, "nothing to change: give enabled and/or probability")
         # No await from here on: read, change and swap in one step, so concurrent PATCHes never lose one.
-        scenario = self.engine.scenario
+        target = self._target(request)
+        scenario = target.current()
         rules = list(scenario.rules)
         index = next((i for i, rule in enumerate(rules) if rule.name == name), None)
         if index is None:
             return _error(404, f"no rule named {name!r}", rules=[rule.name for rule in rules])
         rules[index] = rules[index].model_copy(update=changes)
-        self.engine.load(scenario.model_copy(update={"rules": rules}))
-        self.engine.log.control(change="rule", rule=name, **changes)
-        ops.info("control: rule %r changed: %s", name, changes)
-        return _json(scenario_json(self.engine.scenario)["rules"][index])
+        target.put(scenario.model_copy(update={"rules": rules}))
+        self.engine.log.control(change="rule", rule=name, **changes, **target.marks)
+        ops.info("control: rule %r changed: %s%s", name, changes, _of(target))
+        return _json(scenario_json(target.current())["rules"][index])
 
-    async def _reset(self, _: web.Request) -> web.Response:
-        self.engine.reset()
-        self.engine.log.control(change="reset")
-        ops.info("control: counters and session state reset")
+    async def _reset(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        target.reset()
+        self.engine.log.control(change="reset", **target.marks)
+        ops.info("control: counters and session state reset%s", _of(target))
         return web.Response(status=204)
+
+    def _scopes_of(self, request: web.Request) -> Scopes | None:
+        """The scopes of the run's listener, or of the proxy made on demand the path names."""
+        name = request.match_info.get("proxy")
+        return self.proxies.get(name).scopes if name is not None else self.scopes
+
+    async def _list_scopes(self, request: web.Request) -> web.Response:
+        scopes = self._scopes_of(request)
+        header = scopes.proxy.scope_header.decode() if scopes is not None else None
+        return _json({"header": header, "scopes": scopes.names() if scopes is not None else []})
+
+    async def _delete_scope(self, request: web.Request) -> web.Response:
+        scopes, name = self._scopes_of(request), request.match_info["scope"]
+        if scopes is None or not await scopes.delete(name):
+            return _error(404, f"no scope named {name!r}")
+        self.engine.log.control(change="scope deleted", scope=name, **{
+            key: value for key, value in request.match_info.items() if key == "proxy"})
+        return web.Response(status=204)
+
+    async def _list_proxies(self, _: web.Request) -> web.Response:
+        return _json({"proxies": [proxy.as_json() for proxy in self.proxies.proxies.values()]})
+
+    async def _create_proxy(self, request: web.Request) -> web.Response:
+        """POST /proxies {name, upstream or routes, listen, scenario (YAML text or a mapping), seed, enabled,
+        scope_header}: 201 and the proxy."""
+        body = await _json_body(request)
+        scenario = None
+        if (given := body.get("scenario")) is not None:
+            text = given if isinstance(given, str) else orjson.dumps(given).decode()
+            source = f"proxy {str(body.get('name'))[:60]}"
+            files = ScenarioFiles.under(self.file_roots)
+            try:
+                scenario = await off_loop(lambda: parse_scenario(text, source, files), source)
+            except ScenarioError as exc:
+                return _error(400, "invalid scenario", problems=exc.problems)
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            return _error(400, f"seed is a whole number, got {seed!r}")
+        proxy = await self.proxies.create(body.get("name"), body.get("listen") or "", body.get("routes") or body.get(
+            "upstream") or "", enabled=body.get("enabled", True) is not False, scenario=scenario, seed=seed,
+                                          scope_header=body.get("scope_header"))
+        return _json(proxy.as_json(), 201)
+
+    async def _show_proxy(self, request: web.Request) -> web.Response:
+        return _json(self.proxies.get(request.match_info["proxy"]).as_json())
+
+    async def _change_proxy(self, request: web.Request) -> web.Response:
+        """PATCH /proxies/{name} {enabled, listen, upstream}: what is given changes."""
+        body = await _json_body(request)
+        proxy = self.proxies.get(request.match_info["proxy"])
+        await proxy.change(listen=body.get("listen"), upstream=body.get("upstream"), enabled=body.get("enabled"))
+        return _json(proxy.as_json())
+
+    async def _delete_proxy(self, request: web.Request) -> web.Response:
+        await self.proxies.delete(request.match_info["proxy"])
+        return web.Response(status=204)
+
+    async def _journal(self, request: web.Request) -> web.Response:
+        return _json(self.journal.query(request.query))
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         if len(self._streams) >= self.max_subscribers:
@@ -418,15 +526,17 @@ class _Subscriber:
 
 
 async def start_control(engine: Engine, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                        *, file_roots: Iterable[Path] = ()) -> tuple[ControlServer, int]:
+                        *, file_roots: Iterable[Path] = (),
+                        proxies: ProxyRegistry | None = None) -> tuple[ControlServer, int]:
     """Start a control API; returns it (call `stop()`) and its bound port."""
-    server = ControlServer(engine, token=token, file_roots=file_roots)
+    server = ControlServer(engine, token=token, file_roots=file_roots, proxies=proxies)
     return server, await server.start(host, port)
 
 
 @contextlib.asynccontextmanager
 async def serve_control(engine: Engine, address: tuple[str, int] | None, token: str | None = None, *,
-                        file_roots: Iterable[Path] = ()) -> AsyncIterator[ControlServer | None]:
+                        file_roots: Iterable[Path] = (),
+                        proxies: ProxyRegistry | None = None) -> AsyncIterator[ControlServer | None]:
     """The CLI's `--control HOST:PORT` (None: no control API) and `--control-token`.
 
     The token falls back to $CHAOSPROXY_CONTROL_TOKEN; `file_roots` are the folders a PUT scenario may
@@ -439,7 +549,7 @@ async def serve_control(engine: Engine, address: tuple[str, int] | None, token: 
     host, port = address
     try:
         server, bound = await start_control(engine, host, port, token or os.environ.get(TOKEN_ENV),
-                                            file_roots=file_roots)
+                                            file_roots=file_roots, proxies=proxies)
     except OSError as exc:
         reason = exc.strerror or exc
         raise ControlConfigError(f"cannot listen on {host}:{port} for the control API: {reason}") from exc
@@ -482,6 +592,35 @@ def _total(counter: Counter) -> float:
 @functools.cache
 def _console_page() -> str:
     return importlib.resources.files("chaosproxy").joinpath("data/console.html").read_text(encoding="utf-8")
+
+
+@web.middleware
+async def _refusals(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """A request about a scope or proxy that cannot be had, or a change to one that cannot be made: its
+    status and reason (TargetError, ProxyError, ScopeError, JournalQueryError)."""
+    try:
+        return await handler(request)
+    except (TargetError, ProxyError) as exc:
+        return _error(exc.status, str(exc))
+    except (ScopeError, JournalQueryError) as exc:
+        return _error(400, str(exc))
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object (ProxyError 400 when it is not one)."""
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise ProxyError(f"bad request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ProxyError("bad request body: expected a JSON object")
+    return body
+
+
+def _of(target: Target) -> str:
+    """What a log message says of the target, when it is not the run's own scenario."""
+    return "".join(f" ({key} {value})" for key, value in target.marks.items())
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

@@ -32,10 +32,12 @@ class Hang:
 
 @dataclass(frozen=True, slots=True)
 class Reset:
-    """Abort the connection with a TCP reset: at once, or after relaying `after_bytes` of the body."""
+    """Abort the connection with a TCP reset: at once (after holding the request `delay` s), or after
+    relaying `after_bytes` of the body."""
 
     after_bytes: int | None = None
 
+    delay: float = 0.0
 
 @dataclass(frozen=True, slots=True)
 class Truncate:

@@ -27,6 +27,8 @@ SESSION_TTL_S = 1800.0
 MAX_SESSIONS = 10_000
 # The request header in which an agent names itself, for draws that do not depend on other agents.
 AGENT_HEADER = "X-Chaosproxy-Agent"
+# The request header that puts a call in a scope of its listener (chaosproxy.control.scopes), by default.
+SCOPE_HEADER = "X-Chaosproxy-Scope"
 _AGENT_NAME = re.compile(rb"[A-Za-z0-9._~:@/+=-]{1,128}")
 
 

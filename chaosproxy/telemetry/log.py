@@ -13,6 +13,7 @@ the log file again by name, for logrotate.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
@@ -139,7 +140,7 @@ class PerturbationLog:
         self._pending = bytearray()
         # Call records of a batching log with no listener (time_ns, record, make: see write_call), made
         # lines CALL_CHUNK at a time, at a flush or before any other line. A deque: appended to without the lock.
-        self._calls: deque[tuple[int, Any, Callable[[dict[str, Any], Any], None]]] = deque()
+        self._calls: deque[tuple[int, Any, Callable[[str, str, int, Any], dict[str, Any]]]] = deque()
         self._lock = threading.Lock()  # flush() may come from another thread (tests, EmbeddedProxy.log_lines)
         self._lost = 0  # lines dropped while the log could not be written
         self._failing = False
@@ -169,14 +170,16 @@ class PerturbationLog:
                     self._serialise_calls()
         else:
             self._write(make(self._clock.now(), self.run_id, self.seed, record))
+        self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
         if time.monotonic() - self._flushed >= self.batch_s:
             self.flush()
 
     def session(self, **fields: Any) -> None:
         """A session's state was dropped (ended, idle, evicted) or a dropped session came back."""
         self._write(self._line("session", fields))
-        if time.monotonic() - self._flushed >= self.batch_s:
-            self.flush()
+        self._flush_if_due()
 
     def fault(self, **fields: Any) -> None:
         self._write(self._line("fault", fields))
@@ -284,3 +287,53 @@ class PerturbationLog:
         self.flush()
         if self._stream not in (sys.stdout.buffer, sys.stderr.buffer):
             self._stream.close()
+
+
+class MarkedLog(PerturbationLog):
+    """The run's log as one engine of several writes it: a proxy made on demand, or a scope of a listener
+    (chaosproxy.control). Its lines go to the run's log (the same file, batches and listeners) marked
+    with `marks` (`{"proxy": NAME}`, `{"scope": NAME}`) and with that engine's own seed, so that a journal
+    tells one test's calls and faults from another's and each can be reproduced alone.
+
+    It owns no stream: it never calls PerturbationLog.__init__, and overrides every method that touches one.
+    """
+
+    def __init__(self, log: PerturbationLog, marks: dict[str, str], *, seed: int) -> None:  # noqa: no super()
+        self.base = log
+        self.marks = marks
+        self.run_id = log.run_id
+        self.seed = seed
+        self.path = None
+        self.batch_s = log.batch_s
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        return self.base.subscribe(listener)
+
+    def write_call(self, record: Any, make: Callable[[str, str, int, Any], dict[str, Any]]) -> None:
+        self.base.write_call(record, functools.partial(_marked_call, make, self.marks, self.seed))
+
+    def _line(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return {**self.base._line(event, fields), "seed": self.seed, **self.marks}
+
+    def _write(self, line: dict[str, Any]) -> None:
+        self.base._write(line)
+
+    def _flush_if_due(self) -> None:
+        self.base._flush_if_due()
+
+    def flush(self) -> None:
+        self.base.flush()
+
+    def reopen(self) -> None:
+        """The run's log is reopened by the run."""
+
+    def close(self) -> None:
+        """The run's log is closed by the run: this only writes what is pending."""
+        self.base.flush()
+
+
+def _marked_call(make: Callable[[str, str, int, Any], dict[str, Any]], marks: dict[str, str], seed: int,
+                 ts: str, run_id: str, _: int, record: Any) -> dict[str, Any]:
+    line = make(ts, run_id, seed, record)
+    line.update(marks)
+    return line

@@ -167,8 +167,9 @@ class Inspection:
                         call.outcome = "hang"
                         await asyncio.sleep(release_after if release_after is not None else float("inf"))
                         call.outcome = "ok"
-                    case Reset():
+                    case Reset(delay=delay):
                         call.outcome = "reset"
+                        await asyncio.sleep(delay)
                         exchange.abort(reset=True)
                         return
             if msg.body is not original:  # a fault rewrote the JSON-RPC request

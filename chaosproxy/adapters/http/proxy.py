@@ -41,7 +41,7 @@ from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine.actions import Respond
 from chaosproxy.engine.core import AGENT_HEADER_KEY, Engine
 from chaosproxy.engine.message import Message, Phase
-from chaosproxy.engine.sessions import agent_name
+from chaosproxy.engine.sessions import SCOPE_HEADER, agent_name
 from chaosproxy.protocols.a2a.wire import is_card
 from chaosproxy.telemetry.log import Throttle, ops
 
@@ -65,6 +65,7 @@ class HttpProxy:
                  limits: ClientLimits | None = None, recorder: ByteTap | None = None) -> None:
         """`recorder`: watches every byte exchanged with the upstreams (a cassette's recorder); None costs nothing."""
         self.engine = engine
+        self.upstream = upstream
         self.limits = limits or ClientLimits()
         self.failures = Throttle()  # an upstream that is down gets a line every 10 s, not one per request
         self.connections: set[ClientConnection] = set()
@@ -86,6 +87,16 @@ class HttpProxy:
         # the plain path's route (relay_plain) when there is one and it changes no target; else found by prefix
         root = self.routes[0]
         self._plain_route = root if len(self.routes) == 1 and not root.prefix and not root.base_path else None
+        # Scopes (chaosproxy.control.scopes): a request naming one of these in the scope header is served
+        # by its proxy, over the scope's own engine (scenario, gate counters); every other request, here.
+        self.scopes: dict[bytes, HttpProxy] = {}
+        self.scope_header = SCOPE_HEADER.lower().encode()
+
+    def for_scope(self, engine: Engine) -> HttpProxy:
+        """This proxy's routes, limits and timeouts over another engine: a scope's, served through this
+        proxy's listener (it listens on nothing of its own)."""
+        return HttpProxy(engine, self.upstream, transport=self.transport, upstream_timeout=self.upstream_timeout,
+                         max_message_bytes=self.max_message_bytes, limits=self.limits)
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (useful with port 0)."""
@@ -112,6 +123,11 @@ class HttpProxy:
                 ops.exception("closing an overdue client connection failed")
         self._sweep = loop.call_later(self._sweep_every(), self._close_overdue)
 
+    def close_connections(self) -> None:
+        """Cut every agent connection at once (a proxy disabled or deleted through the control API)."""
+        for conn in list(self.connections):
+            conn.transport.abort()
+
     async def stop(self) -> None:
         if self._sweep is not None:
             self._sweep.cancel()
@@ -134,6 +150,9 @@ class HttpProxy:
     def handle(self, exchange: ClientExchange) -> None:
         """A request whose head is in: here a call starts. Relayed untouched, or inspected in a task."""
         head = exchange.head
+        if self.scopes and (scoped := self._scoped(head.headers)) is not None:
+            scoped.handle(exchange)
+            return
         raw_target = head.target.decode("latin-1")
         route, target = self._route(raw_target) if raw_target.startswith("/") else (None, None)
         msg = self._message(head.method, raw_target, head.watched, head.headers, exchange.peer, route)
@@ -172,6 +191,11 @@ class HttpProxy:
         except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
             self.internal_error(exchange, call or Call(msg))
 
+    def _scoped(self, headers: Headers) -> HttpProxy | None:
+        """The proxy of the scope a request names in the scope header, when there is one by that name."""
+        name = header(headers, self.scope_header)
+        return self.scopes.get(name.strip()) if name is not None else None
+
     def _message(self, method: str, raw_target: str, watched: bytes | None, headers: Headers, peer: str,
                  route: Route | None) -> Message:
         """The Message of a request that arrived; the engine numbers its session now (Engine.see)."""
@@ -199,6 +223,8 @@ class HttpProxy:
         in a JSON-RPC request's `params._meta`), as on the general path."""
         parser = client.parser
         method = parser.get_method()
+        if self.scopes and header(headers, self.scope_header) is not None:
+            return None  # a scope's request: `handle` gives it to the scope
         if method not in PLAIN_METHODS or target[:1] != b"/" or b"ession" in target or \
                 b"/.well-known/" in target or \
                 not parser.should_keep_alive() or parser.should_upgrade():
