@@ -103,5 +103,5 @@ class TasksClient(ClientExtension):
 
 
 def modern(target: str | StdioServerParameters, **kwargs: Any) -> Client:
-    """An SDK client that negotiates the 2026-07-28 era when the server speaks it (mode auto)."""
-    return Client(target, mode="auto", **kwargs)
+    """An SDK client that negotiates the 2026-07-28 era when the server speaks it (mode auto, unless told)."""
+    return Client(target, **{"mode": "auto", **kwargs})
