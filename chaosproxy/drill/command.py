@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CHAOSPROXY_URL, path included (e.g. http://127.0.0.1:9001/mcp)")
     target.add_argument("--stdio", help="an MCP server command line; the agent gets a ready "
                         "`chaosproxy stdio` command line for it in CHAOSPROXY_STDIO_COMMAND")
+    parser.add_argument("--replay-cassette", type=Path, metavar="DIR",
+                        help="run offline: the upstream (or the stdio server) is this cassette, replayed; with "
+                             "--upstream, its URL's path is the agent's (chaosproxy record and replay)")
     parser.add_argument("--scenario", dest="scenarios", action="append", type=Path, metavar="FILE",
                         help="a scenario to run (repeatable)")
     parser.add_argument("--suite", type=Path, help="a suite to sample scenarios from (with --randomize)")

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from chaosproxy.cassette.format import cassette_kind
 from chaosproxy.engine.scenario import MAX_SEED, ScenarioError
 
 
@@ -23,6 +24,9 @@ class DrillConfig(BaseModel):
     agent: str  # a command line, split like a shell would but run without one
     upstream: str | None = None  # the tool server's URL; its path is kept in CHAOSPROXY_URL
     stdio: str | None = None  # or: an MCP server command line, for stdio
+    # the upstream (or stdio server) replayed from this cassette: the drill runs offline (upstream's path is
+    # kept for the agent's URL; without upstream or stdio, the cassette's kind says which)
+    replay_cassette: Path | None = None
     scenarios: list[Path] = Field(default_factory=list)
     suite: Path | None = None
     randomize: int = Field(0, ge=0)
@@ -56,13 +60,25 @@ class DrillConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (self.upstream is None) == (self.stdio is None):
+        if self.replay_cassette is not None:
+            kind = cassette_kind(self.replay_cassette)  # (a CassetteError is a ValueError: said as the others)
+            if (self.stdio if kind == "http" else self.upstream) is not None:
+                raise ValueError(f"replay_cassette {self.replay_cassette} is a {kind} cassette: give it alone, or with "
+                                 f"{'upstream (whose URL path the agent keeps)' if kind == 'http' else 'stdio'}")
+        elif (self.upstream is None) == (self.stdio is None):
             raise ValueError("give exactly one of upstream (an HTTP tool server) and stdio (a command)")
         if (self.randomize > 0) != (self.suite is not None):
             raise ValueError("randomize and suite go together: --randomize N --suite FILE")
         if self.ray_address is not None and self.executor != "ray":
             raise ValueError("ray_address is for --executor ray")
         return self
+
+    @property
+    def over_http(self) -> bool:
+        """Runs go through `chaosproxy run` (an HTTP upstream, live or replayed), not `chaosproxy stdio`."""
+        if self.upstream is not None or self.stdio is not None or self.replay_cassette is None:
+            return self.upstream is not None
+        return cassette_kind(self.replay_cassette) == "http"
 
     @property
     def baseline_runs(self) -> int:
@@ -94,7 +110,7 @@ def load_config(drill_file: Path | None, overrides: dict[str, Any]) -> DrillConf
 def _relative_to(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A drill file's paths are read from the file's own folder, so the file works from any directory."""
     data = dict(data)
-    for key in ("suite", "out", "workdir"):
+    for key in ("suite", "out", "workdir", "replay_cassette"):
         if isinstance(data.get(key), str):
             data[key] = folder / data[key]
     if isinstance(data.get("scenarios"), list):

@@ -65,7 +65,7 @@ def replay(run_folder: Path, agent: str | None = None) -> tuple[Path, dict[str, 
     Returns the replay's folder, its result and the original run's result.
     """
     recorded = json.loads((run_folder / RUN_FILE).read_text(encoding="utf-8"))
-    settings = {key: recorded[key] for key in ("judge", "timeout", "upstream", "stdio")}
+    settings = {key: recorded.get(key) for key in ("judge", "timeout", "upstream", "stdio", "replay_cassette")}
     config = DrillConfig.model_validate({**settings, "agent": agent or recorded["agent"]})
     spec = RunSpec(recorded["run"], recorded["label"], recorded["kind"],
                    (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"],

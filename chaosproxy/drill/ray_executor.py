@@ -54,7 +54,7 @@ class _Worker:
     def run(cls, run: Run) -> RunResult:
         if cls.loop is None:
             cls.loop = asyncio.new_event_loop()
-        if run.config.upstream is not None:
+        if run.config.over_http:
             run.launcher = cls.loop.run_until_complete(cls._launcher())
         return cls.loop.run_until_complete(run.execute())
 

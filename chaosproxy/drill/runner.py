@@ -171,15 +171,16 @@ class Run:
         env = {**_environment(), **self.trace_env, "CHAOSPROXY_RUN": str(self.folder),
                "CHAOSPROXY_SEED": str(self.spec.seed)}
         proxy: _Group | None = None
-        if self.config.upstream is not None:
+        config = self.config
+        if config.over_http:
             starting = time.monotonic()
-            proxy, url = await self._start_proxy(self.config.upstream)
+            proxy, url = await self._start_proxy(config.upstream or "http://127.0.0.1/")
             result.proxy_start_s = round(time.monotonic() - starting, 3)
             env["CHAOSPROXY_URL"] = url
         else:
-            assert self.config.stdio is not None
-            env["CHAOSPROXY_STDIO_COMMAND"] = shlex.join(
-                self._chaosproxy("stdio") + ["--", *shlex.split(self.config.stdio)])
+            server = [sys.executable, "-m", "chaosproxy", "replay", str(config.replay_cassette.resolve()), "--stdio"] \
+                if config.replay_cassette is not None else shlex.split(config.stdio or "")
+            env["CHAOSPROXY_STDIO_COMMAND"] = shlex.join(self._chaosproxy("stdio") + ["--", *server])
         agent = await self._start("agent", shlex.split(self.config.agent), env)
         result.exit_code = await agent.wait(self.config.timeout)
         await agent.end()
@@ -223,7 +224,10 @@ class Run:
     async def _start_proxy(self, upstream: str) -> tuple[_Group, str]:
         """Start `chaosproxy run` on a port of its choosing; the URL the agent uses keeps upstream's path."""
         target = URL(upstream)
-        argv = self._chaosproxy("run") + ["--upstream", str(target.origin()), "--listen", "127.0.0.1:0"]
+        replayed = self.config.replay_cassette
+        source = ["--replay-cassette", str(replayed.resolve())] if replayed is not None else \
+            ["--upstream", str(target.origin())]
+        argv = self._chaosproxy("run") + [*source, "--listen", "127.0.0.1:0"]
         stderr_path = self.folder / "proxy.stderr"
         env = {**_environment(), **PROXY_ENVIRONMENT, **self.trace_env}
         proxy = None
@@ -265,6 +269,7 @@ class Run:
                 "scenario_dir": spec.scenario_dir,
                 "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
                 "upstream": config.upstream, "stdio": config.stdio,
+                "replay_cassette": str(config.replay_cassette) if config.replay_cassette is not None else None,
                 "result": result.record() if result is not None else None}
         (self.folder / RUN_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -323,7 +328,7 @@ async def execute_all(runs: list[Run], jobs: int, results_path: Path | None,
     loop.add_signal_handler(signal.SIGTERM, drill.cancel)
     launcher = None
     try:
-        if any(run.config.upstream is not None for run in runs):
+        if any(run.config.over_http for run in runs):
             try:
                 launcher = await Launcher.start(preexec_fn=die_with_parent)
             except OSError as exc:  # slower, not wrong: each run's proxy is then a fresh process
