@@ -26,8 +26,9 @@ def extensions() -> list:
     try:
         from mypyc.build import mypycify
 
-        # Third-party modules need not be installed where this runs: to mypyc they are then Any.
-        modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent",
+        # Third-party modules need not be installed where this runs: to mypyc they are then Any. The project's
+        # [tool.mypy] (its lint: a plugin, warnings) is not read: `--config-file=` names none.
+        modules = mypycify(["--config-file=", "--ignore-missing-imports", "--follow-imports=silent",
                             *(str(ADAPTERS / f"{name}.py") for name in COMPILED)],
                            opt_level="3", group_name="chaosproxy_dataplane")
     except (Exception, SystemExit) as exc:  # no mypy here, or one that will not compile them

@@ -68,10 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
     run.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8800"), type=_listen_address,
                      metavar="HOST:PORT", help="where the agent connects (default 127.0.0.1:8800)")
-    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT", "300")),
+    run.add_argument("--upstream-timeout", type=float, default=float(_env("UPSTREAM_TIMEOUT") or 300),
                      metavar="SECONDS", help="give up on an upstream that takes longer to accept a connection or "
                                              "to send a response head: 504 (default 300)")
-    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB", "16")), metavar="MIB",
+    run.add_argument("--max-message-mib", type=float, default=float(_env("MAX_MESSAGE_MIB") or 16), metavar="MIB",
                      help="the largest body or SSE event rules look inside; larger ones pass as they are (default 16)")
     run.add_argument("--max-header-line", type=_positive(int), default=_env("MAX_HEADER_LINE", "8192"),
                      metavar="BYTES", help="the longest request line or header line an agent may send: 431 beyond "

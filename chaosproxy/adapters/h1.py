@@ -269,7 +269,7 @@ class Body:
     def pipe(self, write: Callable[[bytes], None], end: Callable[[Headers], None]) -> None:
         """From now on, push every piece to `write` and the end to `end` (what was buffered first)."""
         while self._pieces:
-            write(self._pieces.popleft())  # type: ignore[union-attr]
+            write(self._pieces.popleft())
         self._size = 0
         self._pipe = write
         if self.done and self.error is None:
@@ -304,7 +304,7 @@ class Body:
                 await self._waiter
             finally:
                 self._waiter = None
-        piece = self._pieces.popleft()  # type: ignore[union-attr]
+        piece = self._pieces.popleft()
         self._size -= len(piece)
         if self._size < LOW_WATER:
             self._resume_producer()

@@ -359,7 +359,7 @@ class ChaosAddon:
         """A whole reply through the relay that understands it: model API, or JSON-RPC."""
         if state.llm is not None:
             return state.llm.relay_body(body, state.status, headers)
-        return self.relay.relay_body(body, state.msg, headers, faults=state.faults)  # type: ignore[arg-type]
+        return self.relay.relay_body(body, state.msg, headers, faults=state.faults)
 
     def _respond(self, flow: http.HTTPFlow, respond: Respond, state: _Flow) -> None:
         flow.request.stream = False  # mitmproxy answers only once the request body is in
@@ -648,7 +648,7 @@ class _Events(_Stage):
         self.splitter = streams.SseSplitter()
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         for chunk in chunks:
             for event in self.splitter.feed(chunk):
                 if self.cut:
@@ -690,7 +690,7 @@ class _Wire:
     def pace(self, delay: float) -> None:
         """From now on, each write (one body piece: one TLS record) goes out `delay` s after the one before."""
         if not isinstance(self.io.writer, _PacedWriter):
-            self.io.writer = _PacedWriter(self.io, delay)
+            self.io.writer = _PacedWriter(self.io, delay)  # type: ignore[assignment]  # (a stand-in writer)
 
     def unpace(self) -> None:
         """Writes from now on go out at once (after those held back); then the real writer is put back."""
@@ -704,7 +704,7 @@ class _Wire:
     def reset(self) -> None:
         writer = self.io.writer
         if isinstance(writer, _PacedWriter):
-            writer.then(lambda: reset_transport(writer.writer.transport))  # type: ignore[union-attr]
+            writer.then(lambda: reset_transport(writer.writer.transport))
         else:
             reset_transport(writer.transport)  # type: ignore[union-attr]
 

@@ -401,7 +401,7 @@ class StdioRelay:
                 continue
             if phase is Phase.REQUEST:
                 self._track(msg)  # before the server can answer it
-                if msg.trace is not None:
+                if msg.trace is not None and msg.body is not None:
                     line = msg.body + b"\n"  # with the trace context in its _meta
             await lane.deliver(functools.partial(pipe.send, line), size=len(line), waits=False, ordered=True)
             if phase is Phase.RESPONSE:
@@ -615,7 +615,7 @@ async def _tapped(lines: AsyncIterator[tuple[bytes, bool]],
         yield line, whole
 
 
-async def _open_reader(pipe: IO[bytes]) -> tuple[AsyncIterator[bytes], asyncio.BaseTransport]:
+async def _open_reader(pipe: IO[bytes]) -> tuple[AsyncIterator[tuple[bytes, bool]], asyncio.BaseTransport]:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)

@@ -193,5 +193,5 @@ async def _ask(client: aiohttp.ClientSession, base: str,
                         current[2] += piece
                     case "content_block_delta", {"type": "text_delta", "text": piece}:
                         text += piece
-            return text, [tuple(call) for call in calls], attempt > 1  # type: ignore[misc]
+            return text, [tuple(call) for call in calls], attempt > 1
     return None

@@ -87,7 +87,8 @@ def _words(name: str) -> set[str]:
 
 
 def _arguments(raw: str, schema: dict[str, Any]) -> dict[str, Any]:
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    listed = schema.get("properties")
+    properties: dict[str, Any] = listed if isinstance(listed, dict) else {}
     arguments: dict[str, Any] = {}
     for key, value in _ARGUMENT.findall(raw):
         value = value.strip()

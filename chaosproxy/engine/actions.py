@@ -1,4 +1,5 @@
-"""What a fault asks an adapter to do. Plain data: adapters carry the actions out."""
+"""What a fault asks an adapter to do, every kind of it (`Action`, what Fault.act returns). Plain data:
+adapters carry the actions out, the model-API and A2A relays those of their own faults."""
 
 from __future__ import annotations
 
@@ -108,6 +109,44 @@ class Drop:
 
 
 @dataclass(frozen=True, slots=True)
+class BlankCompletion:
+    """A model API's reply made empty (`mode` empty: no text, no tool calls, no reasoning) or cut off
+    (`length`: the token limit hit), ending with the provider's stop reason `stop` (the model-API relay's)."""
+
+    mode: str
+    stop: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailStream:
+    """After `after_events` events of a model API's 200 stream, the format's error event (`event`, `data`)
+    in place of the rest; `error` is the error's code or type, as the agent's SDK reports it (the
+    model-API relay's)."""
+
+    after_events: int
+    event: str
+    data: bytes
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Withhold:
+    """Do not relay this piece of an A2A reply (a stream's event, or a task's results): `what` it was
+    (the A2A relay's)."""
+
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndStream:
+    """End the agent's A2A stream in place of this event: closed (`idle` false), or kept open and silent
+    until the agent gives up (a remote agent that went quiet). `after_events`: events it got (the A2A relay's)."""
+
+    after_events: int
+    idle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Skip:
     """Not an action: the fault matched but cannot act on this payload (an image, a binary body).
 
@@ -117,7 +156,8 @@ class Skip:
     reason: str
 
 
-Action = Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble | Notify | Drop
+Action = (Delay | Respond | Hang | Reset | Truncate | Drip | CutStream | Reply | Rewrite | Garble | Notify | Drop
+          | BlankCompletion | FailStream | Withhold | EndStream)
 
 
 def ends_exchange(action: Action) -> bool:

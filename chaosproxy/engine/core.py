@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import random
 import re
 import secrets
@@ -180,7 +181,7 @@ class Engine:
         self.seed = seed
         self.log = log
         self.started = time.monotonic()
-        self._session_limits = {"ttl": session_ttl, "limit": max_sessions}
+        self._session_limits: dict[str, Any] = {"ttl": session_ttl, "limit": max_sessions}
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.telemetry.tracing)
         self._compiled: list[_CompiledRule] = []
@@ -392,7 +393,7 @@ class Engine:
             steps.append(("tool routes", lambda: self._route(msg, entry.state)))
         elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method in _LEARNED:
             steps.append(("learning output schemas", lambda: self._learn(msg, entry.state)))
-        steps += [(rule.rule.name, lambda rule=rule: self._gate_and_act(rule, msg, entry, key))
+        steps += [(rule.rule.name, functools.partial(self._gate_and_act, rule, msg, entry, key))
                   for rule in self._in_order[msg.phase, wire, messages]]
         for name, step in steps:
             try:
@@ -504,10 +505,12 @@ class Engine:
             return None
         ctx = FaultContext(msg, rng, counter.scratch, now, session, rule.name)
         action = rule.fault.act(ctx)
-        if action is None or _changes_nothing(action, msg):
+        if action is None:
             return None
         if isinstance(action, Skip):
             self._log_skip(rule, msg, action.reason)
+            return None
+        if _changes_nothing(action, msg):
             return None
         if not (seen and seen[1]):
             counter.fired += 1

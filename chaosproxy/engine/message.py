@@ -57,14 +57,16 @@ class Message:
         self.a2a: A2aCall | None = None
         self._rpc: Any = _UNPARSED
         self.trace: CallTrace | None = None  # the call's span when tracing is on (chaosproxy.telemetry.tracing)
-        self.mirrored: dict[str, str] | None = None  # mirrored headers a fault set apart from the body (Rewrite.headers)
+        # mirrored headers a fault set apart from the body (Rewrite.headers)
+        self.mirrored: dict[str, str] | None = None
 
     @property
     def rpc(self) -> dict[str, Any] | None:
         """The JSON-RPC message in the body, or None when the body is not one."""
         if self._rpc is _UNPARSED:
             self._rpc = parse_rpc(self.body) if self.body else None
-        return self._rpc
+        rpc: dict[str, Any] | None = self._rpc
+        return rpc
 
     def replace(self, rpc: dict[str, Any], mirrored: Mapping[str, str] | None = None) -> None:
         """Make this message carry `rpc` instead (a fault rewrote it); `body` is re-serialized. `mirrored`:

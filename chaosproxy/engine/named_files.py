@@ -65,7 +65,8 @@ class ScenarioFiles:
             except ValueError as exc:
                 raise ValueError(f"{what} file {path} {exc}") from None
             self._loaded[path] = parse(text, path)
-        return self._loaded[path]
+        loaded: T = self._loaded[path]  # (stored as Any: each file has its own parse)
+        return loaded
 
 
 def read_capped(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> str:

@@ -263,17 +263,19 @@ def _on_model_request(rule: Rule, other: Rule) -> bool:
         other.match.api is None or fnmatch.fnmatchcase(api, other.match.api)) for api in APIS)
 
 
-def _describe(error: Any, root: yaml.Node, source: str) -> str:
+def _describe(error: Any, root: yaml.Node | None, source: str) -> str:
     line, path = locate(root, error["loc"])
     message = error["msg"].removeprefix("Value error, ")
     return f"{source}:{line}: {path or 'scenario'}: {message}"
 
 
-def locate(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[int, str]:
-    """The 1-based line and dotted path of the YAML node at pydantic's `loc`.
+def locate(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int, str]:
+    """The 1-based line and dotted path of the YAML node at pydantic's `loc` (line 1 in an empty document).
 
     Parts of `loc` that name no node (pydantic's tags for union members) are skipped.
     """
+    if node is None:
+        return 1, ".".join(str(part) for part in loc)
     path = ""
     for part in loc:
         if isinstance(node, yaml.MappingNode):

@@ -69,7 +69,7 @@ class _EveryFaultSchema:
 
     @staticmethod
     def __get_pydantic_json_schema__(_schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        union = Annotated[Union[tuple(all_faults().values())], Field(discriminator="type")]  # noqa: UP007
+        union: Any = Annotated[Union[tuple(all_faults().values())], Field(discriminator="type")]  # noqa: UP007
         return handler(TypeAdapter(union).core_schema)
 
 

@@ -18,12 +18,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from chaosproxy.engine.actions import Action, Rewrite
+from chaosproxy.engine.actions import Action, EndStream, Rewrite, Withhold
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level
 from chaosproxy.protocols import a2a
 from chaosproxy.protocols.a2a import wire
-from chaosproxy.protocols.a2a.actions import EndStream, Withhold
 from chaosproxy.protocols.tasks import INTERRUPTED, TERMINAL, TaskState
 
 MAX_TASKS = 1024  # tasks a rule remembers per session, oldest forgotten first

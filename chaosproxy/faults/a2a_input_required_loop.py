@@ -4,10 +4,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from chaosproxy.engine.actions import Action
+from chaosproxy.engine.actions import Action, Withhold
 from chaosproxy.faults._task_state import TaskReply, TaskStateFault, remember, remembered, rewritten
 from chaosproxy.faults.base import FaultContext, register
-from chaosproxy.protocols.a2a.actions import Withhold
 from chaosproxy.protocols.tasks import TaskState
 
 RELEASED = -1  # the agent got the task's result: the rule leaves the task alone from then on

@@ -116,7 +116,7 @@ class Fault(BaseModel):
 REGISTRY: dict[str, type[Fault]] = {}
 
 
-def register[F: type[Fault]](cls: F) -> F:
+def register[F: Fault](cls: type[F]) -> type[F]:
     """Class decorator: make a fault available to scenarios under its `type`."""
     name = cls.model_fields["type"].default
     if not isinstance(name, str) or name in REGISTRY:

@@ -4,11 +4,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.engine.message import Phase
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
 from chaosproxy.protocols.llm import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
-from chaosproxy.protocols.llm.actions import EmptyCompletion as Empty
 from chaosproxy.protocols.llm.view import COMPLETION
 
 # api -> mode -> how the reply then ends: its finish or stop reason (a Responses reply: its status)
@@ -30,8 +30,8 @@ class EmptyCompletion(LlmFault):
     target = "completion"
     methods = frozenset({COMPLETION})
 
-    def act(self, ctx: FaultContext) -> Empty | None:
+    def act(self, ctx: FaultContext) -> BlankCompletion | None:
         api = ctx.message.api
         if api is None or ctx.message.method != COMPLETION:
             return None
-        return Empty(self.mode, STOP[api][self.mode])
+        return BlankCompletion(self.mode, STOP[api][self.mode])

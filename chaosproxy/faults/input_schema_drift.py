@@ -57,7 +57,7 @@ class InputSchemaDrift(Fault):
         return with_tools(ctx.message, listed) if changed else None
 
     def _drift(self, ctx: FaultContext, tool: dict[str, Any]) -> dict[str, Any] | None:
-        schema = tool.get("inputSchema")
+        schema: Any = tool.get("inputSchema")
         properties = schema.get("properties") if isinstance(schema, dict) else None
         if not isinstance(properties, dict) or not properties:
             return None

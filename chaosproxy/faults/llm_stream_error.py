@@ -4,11 +4,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from chaosproxy.engine.actions import FailStream
 from chaosproxy.engine.message import Phase
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, register
 from chaosproxy.protocols.llm import errors
-from chaosproxy.protocols.llm.actions import StreamError
 from chaosproxy.protocols.llm.view import STREAM_EVENT
 
 
@@ -28,10 +28,10 @@ class LlmStreamError(LlmFault):
     # Asked where a stream is `after_events` events in, with the next one about to go: it fires when sent.
     methods = frozenset({STREAM_EVENT})
 
-    def act(self, ctx: FaultContext) -> StreamError | None:
+    def act(self, ctx: FaultContext) -> FailStream | None:
         msg = ctx.message
         rpc = msg.rpc or {}
         if msg.api is None or (rpc.get("params") or {}).get("relayed") != self.after_events:
             return None
         event, data = errors.stream_error(msg.api, self.kind, msg.model)
-        return StreamError(self.after_events, event, data, errors.error_name(msg.api, self.kind))
+        return FailStream(self.after_events, event, data, errors.error_name(msg.api, self.kind))

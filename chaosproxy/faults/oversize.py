@@ -41,7 +41,8 @@ class Oversize(ContentFault):
         structured = result.get("structuredContent")
         if changed is not None or structured is None or self.where == "structured":
             return changed
-        items = result.get("content") if isinstance(result.get("content"), list) else []
+        content = result.get("content")
+        items: list[Any] = content if isinstance(content, list) else []
         filler = _text_edits.filler(self._target(structured), rng)
         return {**result, "content": [*items, {"type": "text", "text": filler}]}
 

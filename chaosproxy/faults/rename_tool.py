@@ -81,7 +81,7 @@ class RenameTool(Fault):
 
 def _flip_case(name: str) -> str:
     """snake_case or kebab-case to camelCase, camelCase to snake_case, one word to or from Capitalised."""
-    words = _WORDS.findall(name)
+    words: list[str] = _WORDS.findall(name)
     if re.search(r"[_\-]", name) and len(words) > 1:
         return words[0].lower() + "".join(word.capitalize() for word in words[1:])
     if len(words) > 1:

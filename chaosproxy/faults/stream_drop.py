@@ -4,11 +4,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from chaosproxy.engine.actions import EndStream, Withhold
 from chaosproxy.engine.message import Phase
 from chaosproxy.faults._task_state import remembered
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols import a2a
-from chaosproxy.protocols.a2a.actions import EndStream, Withhold
 from chaosproxy.protocols.tasks import INTERRUPTED, TERMINAL
 
 

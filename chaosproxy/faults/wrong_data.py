@@ -64,6 +64,7 @@ class WrongData(ContentFault):
 
 def _result_of(msg: Message) -> Any:
     """The tool's result (an MCP result dict or a plain body), None for tool errors, Skip for binary."""
+    current: Any
     if msg.rpc is not None:
         current = call_result(msg)
     else:

@@ -54,9 +54,9 @@ def result_reply(msg: Message, result: dict[str, Any]) -> dict[str, Any]:
     require `resultType` on results; handshake-era clients know no such field.
     """
     rpc = msg.rpc or {}
-    params = rpc.get("params") if isinstance(rpc.get("params"), dict) else {}
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-    if str(meta.get(PROTOCOL_VERSION_META, "")) >= "2026":
+    params = rpc.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict) and str(meta.get(PROTOCOL_VERSION_META, "")) >= "2026":
         result = {"resultType": "complete", **result}
     return {"jsonrpc": "2.0", "id": rpc.get("id"), "result": result}
 

@@ -56,9 +56,9 @@ class LogMetrics:
                 if (duration_ms := fields.get("duration_ms")) is not None:
                     self.latency.labels(transport).observe(duration_ms / 1000)
             case "error":
-                labels = (str(fields.get("fault")), str(fields.get("rule")))
-                self.errors.labels(*labels).inc()
-                self._series.setdefault(labels[1], set()).add(labels)
+                error_labels = (str(fields.get("fault")), str(fields.get("rule")))
+                self.errors.labels(*error_labels).inc()
+                self._series.setdefault(error_labels[1], set()).add(error_labels)
             case "control" if isinstance(rules := fields.get("rules"), list):
                 self._forget_rules_but(set(rules))
 

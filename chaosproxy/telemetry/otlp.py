@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -247,8 +247,8 @@ class Encoder:
         return b"".join(parts)
 
     def span(self, ids: bytes, head: bytes, start_ns: int, end_ns: int, attributes: bytes = b"",
-             events: list[tuple[int, str, Mapping[str, Any]]] | None = None,
-             links: list[tuple[bytes, bytes, Mapping[str, Any]]] | None = None, error: str | None = None) -> bytes:
+             events: Sequence[tuple[int, str, Mapping[str, Any]]] | None = None,
+             links: Sequence[tuple[bytes, bytes, Mapping[str, Any]]] | None = None, error: str | None = None) -> bytes:
         """A Span as a ScopeSpans.spans field: `ids` from `ids`, `head` from `head`, more `attributes`
         (encoded), events (time, name, attributes), links (trace id, span id, attributes) and the
         status message of a span that failed."""
@@ -266,8 +266,8 @@ class Encoder:
         return self.span(ids(span.trace_id, span.span_id, span.parent_id, span.trace_state), head, span.start_ns,
                          span.end_ns, self.attributes(span.attributes), span.events, span.links, span.error)
 
-    def _rare(self, events: list[tuple[int, str, Mapping[str, Any]]] | None,
-              links: list[tuple[bytes, bytes, Mapping[str, Any]]] | None, error: str | None) -> bytes:
+    def _rare(self, events: Sequence[tuple[int, str, Mapping[str, Any]]] | None,
+              links: Sequence[tuple[bytes, bytes, Mapping[str, Any]]] | None, error: str | None) -> bytes:
         parts = []
         for time_ns, name, attributes in events or ():  # Span.events
             parts.append(_field(11, b"\x09" + struct.pack("<Q", time_ns) + _field(2, name.encode())

@@ -50,7 +50,7 @@ class HeaderView(Mapping[str, str]):
     def __init__(self, pairs: Headers) -> None:
         self.pairs = pairs
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         wanted = name.lower().encode("latin-1")
         for key, value in self.pairs:
             if key.lower() == wanted:

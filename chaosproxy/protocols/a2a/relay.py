@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from yarl import URL
 
-from chaosproxy.engine.actions import Garble, Reply, Respond, Rewrite
+from chaosproxy.engine.actions import EndStream, Garble, Reply, Respond, Rewrite, Withhold
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import Scenario
@@ -31,7 +31,6 @@ from chaosproxy.faults._task_state import TaskStateFault
 from chaosproxy.protocols import a2a, streams
 from chaosproxy.protocols.a2a import card as cards
 from chaosproxy.protocols.a2a import wire
-from chaosproxy.protocols.a2a.actions import EndStream, Withhold
 from chaosproxy.protocols.a2a.wire import A2aCall, Piece
 from chaosproxy.protocols.llm.relay import key_of
 from chaosproxy.protocols.tasks import TaskState

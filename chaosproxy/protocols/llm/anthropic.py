@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.protocols.llm import stream, view
-from chaosproxy.protocols.llm.actions import EmptyCompletion
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, ToolCall, ToolResult
 
 API = "anthropic"
@@ -93,7 +93,7 @@ def parse_reply(body: dict[str, Any]) -> Reply:
         raise FormatError("not a message object with content blocks")
     calls = [_call(block) for block in content if isinstance(block, dict) and _is_tool_use(block)]
 
-    def empty(action: EmptyCompletion) -> None:
+    def empty(action: BlankCompletion) -> None:
         text = "".join(block.get("text", "") for block in content if isinstance(block, dict)
                        and block.get("type") == TEXT)
         cut = action.mode == "length" and text
@@ -134,8 +134,8 @@ class Editor(stream.Editor):
                 self.calls[index] = self.hold(event, stream.HeldCall(str(block.get("id")), str(block.get("name")),
                                                                      key=index, arguments=given))
             case "content_block_delta" if call is not None and not call.complete:
-                delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
-                call.arguments += delta.get("partial_json") if isinstance(delta.get("partial_json"), str) else ""
+                delta = found if isinstance(found := data.get("delta"), dict) else {}
+                call.arguments += piece if isinstance(piece := delta.get("partial_json"), str) else ""
                 call.events.append(event)
             case "content_block_stop" if call is not None and not call.complete:
                 call.events.append(event)
@@ -160,7 +160,7 @@ class Editor(stream.Editor):
         index = data.get("index")
         match event.name:
             case "content_block_start":
-                block = data.get("content_block") if isinstance(data.get("content_block"), dict) else {}
+                block = given if isinstance(given := data.get("content_block"), dict) else {}
                 kept = self.empty.mode == "length" and block.get("type") == TEXT and self.shown < stream.CUT_OFF_CHARS
                 self.blocks[index] = sum(new is not None for new in self.blocks.values()) if kept else None
             case "content_block_delta" | "content_block_stop":

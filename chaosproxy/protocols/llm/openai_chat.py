@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.protocols import streams
 from chaosproxy.protocols.llm import stream, view
-from chaosproxy.protocols.llm.actions import EmptyCompletion
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, ToolCall
 
 API = "openai-chat"
@@ -75,7 +75,7 @@ def parse_reply(body: dict[str, Any]) -> Reply:
                 if isinstance(choice, dict) and isinstance(choice.get("message"), dict)]
     calls = [call for message in messages for entry in message.get("tool_calls") or [] if (call := _call(entry))]
 
-    def empty(action: EmptyCompletion) -> None:
+    def empty(action: BlankCompletion) -> None:
         for choice in choices:
             message = choice.get("message") if isinstance(choice, dict) else None
             if isinstance(message, dict):
@@ -128,8 +128,8 @@ class Editor(stream.Editor):
         return [event]
 
     def _piece(self, event: stream.Event, key: tuple[Any, Any], piece: dict[str, Any]) -> None:
-        function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
-        name = function.get("name") if isinstance(function.get("name"), str) else ""
+        function = given if isinstance(given := piece.get("function"), dict) else {}
+        name = named if isinstance(named := function.get("name"), str) else ""
         call = self.calls.get(key)
         if call is None:
             call = self.calls[key] = self.hold(event, stream.HeldCall(str(piece.get("id")), name, key=key))
@@ -146,7 +146,7 @@ class Editor(stream.Editor):
         first = True
         for event in call.events:
             for piece in _pieces(event.data, call.key):
-                function = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+                function = given if isinstance(given := piece.get("function"), dict) else {}
                 if first:
                     new = {**function, "name": edited.name, "arguments": edited.arguments}
                     first = False

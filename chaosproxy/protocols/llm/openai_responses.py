@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.protocols.llm import stream, view
-from chaosproxy.protocols.llm.actions import EmptyCompletion
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, Text, ToolCall
 
 API = "openai-responses"
@@ -86,7 +86,7 @@ def parse_reply(body: dict[str, Any]) -> Reply:
     calls = [_call(item) for item in output if isinstance(item, dict) and item.get("type") == "function_call"
              and isinstance(item.get("name"), str)]
 
-    def empty(action: EmptyCompletion) -> None:
+    def empty(action: BlankCompletion) -> None:
         _empty_response(body, action.mode)
 
     return Reply(calls, bool(output), empty)
@@ -127,26 +127,27 @@ class Editor(stream.Editor):
             self.output_starts()
         if self.empty is not None:
             return self._emptied(event, data)
-        item = data.get("item") if isinstance(data.get("item"), dict) else {}
+        item = given if isinstance(given := data.get("item"), dict) else {}
         item_id = item.get("id") or data.get("item_id")
         call = self.calls.get(item_id) if isinstance(item_id, str) else None
-        held = call is not None and not call.complete
+        if call is not None and call.complete:
+            call = None  # only a call still held takes more events
         match name:
             case "response.output_item.added" if item.get("type") == "function_call" and isinstance(item_id, str):
                 self.calls[item_id] = self.hold(event, stream.HeldCall(str(item.get("call_id")), str(item.get("name")),
                                                                        key=item_id))
-            case "response.function_call_arguments.delta" if held and isinstance(data.get("delta"), str):
+            case "response.function_call_arguments.delta" if call is not None and isinstance(data.get("delta"), str):
                 call.arguments += data["delta"]
                 call.events.append(event)
-            case "response.function_call_arguments.done" if held and isinstance(data.get("arguments"), str):
+            case "response.function_call_arguments.done" if call is not None and isinstance(data.get("arguments"), str):
                 call.arguments = data["arguments"]
                 call.events.append(event)
-            case "response.output_item.done" if held:
+            case "response.output_item.done" if call is not None:
                 call.events.append(event)
                 self.completed(call)
             case _ if name in _FINAL and self.edited and isinstance(output := self.snapshot.get("output"), list):
                 for entry in output:  # the snapshot is this event's response
-                    if isinstance(entry, dict) and (sent := self.edited.get(entry.get("id"))) is not None \
+                    if isinstance(entry, dict) and (sent := self.edited.get(str(entry.get("id")))) is not None \
                             and (entry.get("name"), entry.get("arguments")) != sent:
                         entry["name"], entry["arguments"] = sent
                         event.dirty = True
@@ -189,10 +190,10 @@ class Editor(stream.Editor):
         failed = {**self.snapshot, "status": "failed",
                   "error": {"code": error.get("code"), "message": error.get("message")}}
         number = replaced.data.get("sequence_number") if isinstance(replaced.data, dict) else None
-        numbered = isinstance(number, int)
-        return [stream.frame({**error, **({"sequence_number": number} if numbered else {})}, name),
+        return [stream.frame({**error, **({"sequence_number": number} if isinstance(number, int) else {})}, name),
                 stream.frame({"type": "response.failed", "response": failed,
-                              **({"sequence_number": number + 1} if numbered else {})}, "response.failed")]
+                              **({"sequence_number": number + 1} if isinstance(number, int) else {})},
+                             "response.failed")]
 
 
 def _put(event: stream.Event, holder: dict[str, Any], **values: Any) -> None:

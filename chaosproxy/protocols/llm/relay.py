@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from chaosproxy.engine.actions import Garble, Rewrite
+from chaosproxy.engine.actions import BlankCompletion, FailStream, Garble, Rewrite
 from chaosproxy.engine.actions import Reply as ReplyAction
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.message import Message, Phase
@@ -43,7 +43,6 @@ from chaosproxy.protocols.llm import (
     stream,
     view,
 )
-from chaosproxy.protocols.llm.actions import EmptyCompletion, StreamError
 from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolResult
 from chaosproxy.telemetry.log import ops
 
@@ -396,17 +395,17 @@ class LlmExchange:
                                           if f.type == "llm_stream_error")
         return self._error_points
 
-    def empty_mode(self) -> EmptyCompletion | None:
+    def empty_mode(self) -> BlankCompletion | None:
         """What empty_completion does to this reply, decided (and logged) now: at the reply's first output."""
         if not self._empty_faults():
             return None
         fired = self._decide(view.completion(self.msg))
-        return next((f.action for f in reversed(fired) if isinstance(f.action, EmptyCompletion)), None)
+        return next((f.action for f in reversed(fired) if isinstance(f.action, BlankCompletion)), None)
 
     def stream_error(self, relayed: int) -> tuple[str, bytes] | None:
         """The error event to send in place of the next one, `relayed` events into the stream, or None."""
         fired = self._decide(view.stream_event(self.msg, relayed))
-        return next(((f.action.event, f.action.data) for f in fired if isinstance(f.action, StreamError)), None)
+        return next(((f.action.event, f.action.data) for f in fired if isinstance(f.action, FailStream)), None)
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
         """A whole (non-streamed) reply, with its tool calls and completion decided on."""
@@ -472,7 +471,7 @@ class LlmExchange:
         before = message.rpc
         fired = self._decide(message, key_of("call", call.name, call.arguments))
         params = (message.rpc or {}).get("params") or {}
-        name = params.get("name") if isinstance(params.get("name"), str) else call.name
+        name = named if isinstance(named := params.get("name"), str) else call.name
         arguments = call.arguments
         if message.rpc is not before:
             arguments = _arguments_text(call, params.get("arguments"))
@@ -540,6 +539,6 @@ def _answer_result(message: dict[str, Any]) -> dict[str, Any]:
     """The tools/call result the agent's own result is replaced with: the proxy's result, or its error."""
     if isinstance(message.get("result"), dict):
         return message["result"]
-    error = message.get("error") if isinstance(message.get("error"), dict) else {}
+    error = given if isinstance(given := message.get("error"), dict) else {}
     return {"content": [{"type": "text", "text": f"Error: {error.get('message', 'tool call failed')}"}],
             "isError": True}

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.protocols import streams
-from chaosproxy.protocols.llm.actions import EmptyCompletion
 from chaosproxy.protocols.llm.view import ToolCall
 from chaosproxy.telemetry.log import ops
 
@@ -31,7 +31,7 @@ class Decisions(Protocol):
     def edit_call(self, call: ToolCall) -> ToolCall:
         """The call as the agent gets it: the same object when nothing changed it."""
 
-    def empty_mode(self) -> EmptyCompletion | None:
+    def empty_mode(self) -> BlankCompletion | None:
         """What empty_completion does to this reply when it fires (asked once, at the reply's first output)."""
 
     @property
@@ -108,7 +108,7 @@ class Editor:
         self.broken = False  # the editor failed: the rest of the stream passes as it comes
         self.queue: list[Event] = []  # events held behind a call that is not complete yet
         self.holding = 0  # held calls not complete yet
-        self.empty: EmptyCompletion | None = None
+        self.empty: BlankCompletion | None = None
         self._asked_empty = False
 
     def feed(self, raw: bytes) -> list[bytes]:

@@ -10,12 +10,14 @@ relayed, the next about to go) an `llm/stream-event` response.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.engine.message import Message, Phase
 
 PROMPT = "llm/prompt"
@@ -97,7 +99,7 @@ class Reply:
 
     calls: list[ToolCall]
     has_output: bool
-    empty: Callable[[str], None]
+    empty: Callable[[BlankCompletion], None]
 
 
 def synthetic(base: Message, phase: Phase, rpc: dict[str, Any], *, request: Message | None = None,
@@ -167,7 +169,7 @@ def user_text(holder: dict[str, Any], text_type: str) -> Text | None:
         return Text(content, lambda text: holder.__setitem__("content", text))
     for part in reversed(content if isinstance(content, list) else []):
         if isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str):
-            return Text(part["text"], lambda text, part=part: part.__setitem__("text", text))
+            return Text(part["text"], functools.partial(part.__setitem__, "text"))
     return None
 
 
@@ -215,7 +217,7 @@ def result_to_mcp(content: Any, is_error: bool | None, text_type: str) -> dict[s
 
 def result_from_mcp(result: dict[str, Any], original: Any, text_type: str) -> Any:
     """An MCP tools/call result as the format's content, shaped like `original` (string or parts)."""
-    items = result.get("content") if isinstance(result.get("content"), list) else []
+    items = content if isinstance(content := result.get("content"), list) else []
     if isinstance(original, str) or original is None:
         return "".join(item.get("text", "") for item in items if isinstance(item, dict) and item.get("type") == "text")
     old = original if isinstance(original, list) else []
