@@ -198,7 +198,8 @@ def add_cassette_arguments(parser: argparse.ArgumentParser, url: Callable[[str],
     diff.add_argument("source", type=Path, metavar="DIR")
     target = diff.add_mutually_exclusive_group(required=True)
     target.add_argument("--upstream", type=url, help="the live upstream of an HTTP cassette")
-    target.add_argument("--command", help="the server command of a stdio cassette (run afresh)")
+    target.add_argument("--command", dest="server_command", metavar="COMMAND",
+                        help="the server command of a stdio cassette (run afresh)")
     diff.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                       help="a header to send with every request (credentials redacted from the cassette)")
     diff.add_argument("--skip-calls", action="store_true",
@@ -232,7 +233,7 @@ def _diff(args: argparse.Namespace) -> int:
         report = asyncio.run(diff_http(cassette, args.upstream, headers=headers, skip_calls=args.skip_calls,
                                        timeout=args.timeout))
     else:
-        report = asyncio.run(diff_stdio(cassette, shlex.split(args.command), skip_calls=args.skip_calls,
+        report = asyncio.run(diff_stdio(cassette, shlex.split(args.server_command), skip_calls=args.skip_calls,
                                         timeout=args.timeout))
     changes = report.changes or []
     if args.json:
