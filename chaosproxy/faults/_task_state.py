@@ -21,7 +21,7 @@ from pydantic import Field
 from chaosproxy.engine.actions import Action, EndStream, Rewrite, Withhold
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level
-from chaosproxy.protocols import a2a
+from chaosproxy.protocols import a2a, mcp_tasks
 from chaosproxy.protocols.a2a import wire
 from chaosproxy.protocols.tasks import INTERRUPTED, TERMINAL, TaskState
 
@@ -51,18 +51,34 @@ class TaskReply:
 
 
 def task_reply(msg: Message) -> TaskReply | None:
-    """The task piece `msg` (a relay's synthetic response) stands for, or None when it bears no task."""
+    """The task piece `msg` (a relay's synthetic response, or the answer to an MCP Tasks poll) stands
+    for, or None when it bears no task."""
     call = msg.a2a
     result = (msg.rpc or {}).get("result")
+    if call is None and msg.method == mcp_tasks.POLL:
+        return _mcp_task(result)
     if call is None or call.kind is None or call.task_id is None or not isinstance(result, dict):
         return None
     piece = wire.Piece(call.kind, result, lambda new: None)
-    version = wire.version_of(piece, call.version)
+    spelling = wire.dialect(piece, call)
 
     def forced(state: TaskState, text: str | None, keep_results: bool) -> dict[str, Any]:
-        return wire.with_state(piece, version, state, text, keep_results=keep_results)
+        return wire.with_state(piece, spelling, state, text, keep_results=keep_results)
 
     return TaskReply(call.task_id, call.kind, call.state, call.event, call.stream, call.followup, forced)
+
+
+def _mcp_task(result: Any) -> TaskReply | None:
+    """An MCP Tasks poll's answer (tasks/get, `io.modelcontextprotocol/tasks`): a whole task, in no stream."""
+    reported = mcp_tasks.reported(result)
+    if reported is None:
+        return None
+    task_id, state = reported
+
+    def forced(new: TaskState, text: str | None, keep_results: bool) -> dict[str, Any]:
+        return mcp_tasks.with_state(result, new, text, keep_results)
+
+    return TaskReply(task_id, "task", state, None, None, False, forced)
 
 
 class TaskStateFault(Fault):
@@ -71,7 +87,7 @@ class TaskStateFault(Fault):
     component = Component.TRANSITION
     level = Level.A2A
     acts_on = Phase.RESPONSE
-    methods = a2a.TASK_REPLIES
+    methods = a2a.TASK_REPLIES | {mcp_tasks.POLL}
     # True: the relay keeps the real piece the fault replaced, and answers the task's follow-ups from it
     # (the remote agent is not asked again about a task it finished)
     holds_results: ClassVar[bool] = False

@@ -55,8 +55,8 @@ class Memory:
 
     ordinals: _Bounded[str, int] = field(default_factory=_Bounded)  # task id -> order of first appearance
     states: _Bounded[str, TaskState] = field(default_factory=_Bounded)  # task id -> the state last relayed
-    held: _Bounded[str, tuple[dict[str, Any], str]] = field(default_factory=_Bounded)  # task id -> (the real
-    # task a fault replaced, its version): its follow-ups are answered from it
+    held: _Bounded[str, dict[str, Any]] = field(default_factory=_Bounded)  # task id -> the real task a fault
+    # replaced: its follow-ups are answered from it
     streams: int = 0  # the session's streams so far
 
 
@@ -212,10 +212,9 @@ class A2aExchange:
         or lets the real result go), answered here; the remote agent finished the task already."""
         task_id = self.call.task_id
         assert task_id is not None
-        held, version = self.memory.held[task_id]
-        holder = {"result": held}
+        holder = {"result": self.memory.held[task_id]}
         piece = wire.pieces(holder)[0]
-        self._decide_piece(piece, self.call.piece(piece), version)
+        self._decide_piece(piece, self.call.piece(piece))
         answered = holder["result"]
         if not any(self._holding(name) for name in self.faults):
             del self.memory.held[task_id]  # let go: the agent has the real result now
@@ -362,12 +361,11 @@ class A2aExchange:
 
     # --- deciding on a piece -----------------------------------------------------------------
 
-    def _decide_piece(self, piece: Piece, call: A2aCall, version: str | None = None, *,
-                      snapshot: dict[str, Any] | None = None, streamed: bool = False) -> Any:
+    def _decide_piece(self, piece: Piece, call: A2aCall, *, snapshot: dict[str, Any] | None = None,
+                      streamed: bool = False) -> Any:
         """Ask the engine about one piece (as itself, then its texts as a tool result), put what fired
         in its place. Returns True when the piece changed; a stream's event may also be withheld or end
         the stream (EndStream, Withhold) or be replaced by broken bytes."""
-        version = version or wire.version_of(piece, call.version)
         task_id = piece.task_id
         key = self._task_key(task_id) if task_id is not None else None
         if key is None and streamed:
@@ -390,7 +388,7 @@ class A2aExchange:
             if task_id is not None and any(isinstance(f.fault, TaskStateFault) and f.fault.holds_results
                                            and isinstance(f.action, Rewrite) for f in fired):
                 held = dict(snapshot) if snapshot else real
-                self.memory.held.remember(task_id, (held if held.get("id") == task_id else real, version))
+                self.memory.held.remember(task_id, held if held.get("id") == task_id else real)
         changed |= self._decide_texts(piece, call, key)
         if task_id is not None and (state := piece.state) is not None:
             self.memory.states.remember(task_id, state)

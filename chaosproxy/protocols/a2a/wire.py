@@ -121,7 +121,7 @@ _PUSH = frozenset({a2a.CREATE_PUSH_CONFIG, a2a.GET_PUSH_CONFIG, a2a.LIST_PUSH_CO
 
 def _read_send(call: A2aCall, params: Mapping[str, Any]) -> None:
     """A sent message's task (a follow-up names it) and skill (its metadata's, or the request's)."""
-    message = params.get("message")
+    message = params.get("message", params.get("request"))  # (v0.3's HTTP+JSON calls it the request)
     if not isinstance(message, dict):
         return
     task = message.get("taskId")
@@ -204,38 +204,48 @@ def _is_task(value: dict[str, Any]) -> bool:
     return isinstance(value.get("id"), str) and isinstance(value.get("status"), dict)
 
 
-def version_of(piece: Piece, default: str) -> str:
-    """The version a piece is written in: v0.3 tags every object with its `kind`."""
-    return "0.3" if "kind" in piece.obj else default
+V1_0, V0_3, V0_3_REST = "1.0", "0.3", "0.3-rest"  # how a piece is spelled: see `dialect`
 
 
-def with_state(piece: Piece, version: str, state: TaskState, text: str | None, *, keep_results: bool) -> dict[str, Any]:
+def dialect(piece: Piece, call: A2aCall) -> str:
+    """How a piece is spelled: v1.0's JSON (enum names, `parts`, `status.message`); v0.3's JSON-RPC (a
+    `kind` on every object, kebab-case states, `role: agent`); or v0.3's HTTP+JSON, its protobuf's JSON
+    (enum names, a message's parts in `content`, the status message in `status.update`)."""
+    if "kind" in piece.obj:
+        return V0_3
+    return V0_3_REST if call.version == "0.3" and call.binding == REST else V1_0
+
+
+def with_state(piece: Piece, spelling: str, state: TaskState, text: str | None, *,
+               keep_results: bool) -> dict[str, Any]:
     """The piece (a task or a status update) in `state`, its status message saying `text` (none when
     None); a task's artifacts dropped unless `keep_results`. Other fields as they were."""
     obj = dict(piece.obj)
     status = dict(obj.get("status") or {})
-    status["state"] = a2a_spelling(state, version)
+    status["state"] = a2a_spelling(state, "0.3" if spelling == V0_3 else "1.0")
+    key = "update" if spelling == V0_3_REST else "message"
     if text is None:
-        status.pop("message", None)
+        status.pop(key, None)
     else:
-        status["message"] = agent_message(text, version, piece.task_id, obj.get("contextId"))
+        status[key] = agent_message(text, spelling, piece.task_id, obj.get("contextId"))
     obj["status"] = status
     if piece.kind == "task" and not keep_results:
         obj.pop("artifacts", None)
-    if piece.kind == "status" and version == "0.3":
+    if piece.kind == "status" and spelling != V1_0:
         obj["final"] = state in TERMINAL or state in INTERRUPTED
     return obj
 
 
-def agent_message(text: str, version: str, task_id: str | None, context_id: Any) -> dict[str, Any]:
+def agent_message(text: str, spelling: str, task_id: str | None, context_id: Any) -> dict[str, Any]:
     """A message from the remote agent saying `text` (its id a digest of what it says, so a resent
     answer is the same message)."""
     message_id = hashlib.blake2b(f"{task_id}\0{text}".encode(), digest_size=16).hexdigest()
-    if version == "0.3":
+    if spelling == V0_3:
         message: dict[str, Any] = {"kind": "message", "messageId": message_id, "role": "agent",
                                    "parts": [{"kind": "text", "text": text}]}
     else:
-        message = {"messageId": message_id, "role": "ROLE_AGENT", "parts": [{"text": text}]}
+        parts = "content" if spelling == V0_3_REST else "parts"
+        message = {"messageId": message_id, "role": "ROLE_AGENT", parts: [{"text": text}]}
     if task_id is not None:
         message["taskId"] = task_id
     if isinstance(context_id, str):
@@ -249,17 +259,22 @@ def part_lists(piece: Piece) -> list[list[Any]]:
     obj = piece.obj
     found: list[Any] = []
     if piece.kind == "message":
-        found.append(obj.get("parts"))
+        found.append(_parts(obj))
     elif piece.kind in ("task", "status"):
         status = obj.get("status")
-        message = status.get("message") if isinstance(status, dict) else None
+        message = (status.get("message") or status.get("update")) if isinstance(status, dict) else None
         if isinstance(message, dict):
-            found.append(message.get("parts"))
+            found.append(_parts(message))
         if piece.kind == "task" and isinstance(obj.get("artifacts"), list):
             found += [artifact.get("parts") for artifact in obj["artifacts"] if isinstance(artifact, dict)]
     elif piece.kind == "artifact" and isinstance(obj.get("artifact"), dict):
         found.append(obj["artifact"].get("parts"))
     return [parts for parts in found if isinstance(parts, list)]
+
+
+def _parts(message: dict[str, Any]) -> Any:
+    """A message's parts (v0.3's HTTP+JSON calls them its `content`)."""
+    return message.get("parts", message.get("content"))
 
 
 def part_text(part: Any) -> str | None:
@@ -294,7 +309,7 @@ def result_body(call: A2aCall, rpc_id: Any, result: Any) -> bytes:
 def send_result(call: A2aCall, piece_kind: str, obj: dict[str, Any], stream: bool) -> dict[str, Any]:
     """How a task or message answers a send (or is an event of a stream): v1.0 wraps it by kind, v0.3
     tags it (and its tasks answer a send bare)."""
-    if call.version == "0.3":
+    if call.version == "0.3" and call.binding == JSONRPC:
         return obj if "kind" in obj else {**obj, "kind": "task" if piece_kind == "task" else "message"}
     name = {"task": "task", "message": "message", "status": "statusUpdate", "artifact": "artifactUpdate"}[piece_kind]
     return {name: obj} if stream or piece_kind in ("task", "message") else obj
