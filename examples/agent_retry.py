@@ -4,19 +4,18 @@ Each try opens a fresh MCP connection with a read timeout, so a reset connection
 a hung call costs one try and not the task. Tool errors (`isError`) are retried too. Every wait is
 bounded: at most ATTEMPTS x (READ_TIMEOUT_S + the backoff) per call.
 
-    CHAOSPROXY_URL=http://127.0.0.1:8800/mcp python examples/agent_retry.py
+    CHAOSPROXY_URL=http://127.0.0.1:8800/mcp python examples/agent_retry.py   (or CHAOSPROXY_STDIO_COMMAND)
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import sys
 from typing import Any
 
 from mcp import Client
-from weather_task import read, run_task
+from weather_task import read, run_task, server
 
 ATTEMPTS = 5
 BACKOFF_S = 0.05  # before the second try; doubled each time, with jitter
@@ -34,7 +33,7 @@ async def call(name: str, arguments: dict[str, Any]) -> Any:
 
 
 async def attempt_call(name: str, arguments: dict[str, Any]) -> Any:
-    async with Client(os.environ["CHAOSPROXY_URL"], read_timeout_seconds=READ_TIMEOUT_S) as client:
+    async with Client(server(), read_timeout_seconds=READ_TIMEOUT_S) as client:
         return read(await client.call_tool(name, arguments))
 
 

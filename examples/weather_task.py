@@ -1,21 +1,34 @@
 """The task of both example agents, as a scripted policy (no LLM): which tools, in what order, what is done.
 
 Find the weather in Paris and Tokyo with the bundled MCP server's tools (search, weather, add) and
-add the two temperatures. The agents differ only in how they make one tool call.
+add the two temperatures. The agents differ only in how they make one tool call. They reach the server
+over streamable HTTP at CHAOSPROXY_URL, or spawn the `chaosproxy stdio ... -- SERVER` command line in
+CHAOSPROXY_STDIO_COMMAND (as a drill with --stdio gives them).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from mcp import StdioServerParameters
 from mcp.types import CallToolResult
 
 CITIES = ("paris", "tokyo")
 EXPECTED_SUM = 33  # the bundled server's forecasts: paris 14, tokyo 19
 
 Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+def server() -> str | StdioServerParameters:
+    """The MCP server to connect to: the stdio command line when one is given, else the URL."""
+    if command := os.environ.get("CHAOSPROXY_STDIO_COMMAND"):
+        program, *args = shlex.split(command)
+        return StdioServerParameters(command=program, args=args)
+    return os.environ["CHAOSPROXY_URL"]
 
 
 class ToolFailed(Exception):

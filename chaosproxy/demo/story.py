@@ -36,6 +36,8 @@ def run_demo(log_path: Path | None = None) -> int:
     print(f"\nperturbation log: {log_path}  (one JSON line per fault and per call)")
     print(f"HTML report:      {report}")
     print("run it again: the bundled scenario pins seed 42, so the same calls meet the same faults")
+    print("\nnow try it on your own server: chaosproxy run --upstream http://HOST:PORT --scenario FILE,")
+    print("  then point your agent at http://127.0.0.1:8800 (scenarios/ has one per fault; docs/getting-started.md)")
     return 0
 
 

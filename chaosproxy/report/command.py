@@ -1,12 +1,4 @@
-"""`chaosproxy report` and `chaosproxy export`: their flags and what they write.
-
-chaosproxy report DRILL_DIR_OR_LOG [--html F --md F --json F]     one drill (or a log's behaviour)
-chaosproxy report BASE_DIR NEW_DIR [--html F --md F --json F]     two drills side by side
-chaosproxy report SHARD_DIR... --merge [...]                      the shards of one drill as one
---fail-under NAME=RATE[,...]   exit 3 when a perturbed success rate is under its minimum (the new drill's)
---max-regression PTS           with BASE_DIR NEW_DIR: exit 3 when a difference is wholly below -PTS
-A gate asked of a drill whose results fall short of its plan cannot be checked: exit 3, saying why.
-"""
+"""`chaosproxy report` and `chaosproxy export`: their flags and what they write."""
 
 from __future__ import annotations
 
@@ -22,6 +14,16 @@ if TYPE_CHECKING:
     from chaosproxy.drill.folder import Drill
 
 EXIT_INVALID = 2
+DESCRIPTION = """\
+The robustness profile of a drill, the agent's behaviour from a log, two drills compared, and gates for CI.
+
+chaosproxy report DRILL_DIR_OR_LOG [--html F --md F --json F]     one drill (or a log's behaviour)
+chaosproxy report BASE_DIR NEW_DIR [--html F --md F --json F]     two drills side by side
+chaosproxy report SHARD_DIR... --merge [...]                      the shards of one drill as one
+--fail-under NAME=RATE[,...]   exit 3 when a perturbed success rate is under its minimum (the new drill's)
+--max-regression PTS           with BASE_DIR NEW_DIR: exit 3 when a difference is wholly below -PTS
+A gate asked of a drill whose results fall short of its plan cannot be checked: exit 3, saying why.
+"""
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from chaosproxy import __version__
 from chaosproxy.report.build import rate_json
 from chaosproxy.report.compare import CompareRow, Comparison
 from chaosproxy.report.html import STYLE, html_note, html_page, html_table
-from chaosproxy.report.svg import CLEAN_COLOUR, COMPONENT_COLOURS, comparison_chart
+from chaosproxy.report.svg import CLEAN_COLOUR, COMPONENT_COLOURS, OTHER_COLOUR, comparison_chart
 from chaosproxy.report.tables import Table
 
 NOTE = (
@@ -91,7 +91,7 @@ def render_comparison_html(comparison: Comparison) -> str:
         + f'<span><i style="background:{CLEAN_COLOUR}"></i>base</span>'
         + "".join(
             f'<span><i style="background:{colour}"></i>new, {escape(name)}</span>'
-            for name, colour in COMPONENT_COLOURS.items()
+            for name, colour in {**COMPONENT_COLOURS, "overall, clean and scenarios": OTHER_COLOUR}.items()
         )
         + "<span>▲ ▼ a real change</span></p>"
     )

@@ -7,7 +7,14 @@ from html import escape
 from chaosproxy.report.behaviour import Behaviour
 from chaosproxy.report.build import Report, Timeline
 from chaosproxy.report.profile import Profile
-from chaosproxy.report.svg import CALL_COLOURS, CLEAN_COLOUR, COMPONENT_COLOURS, profile_chart, timeline_chart
+from chaosproxy.report.svg import (
+    CALL_COLOURS,
+    CLEAN_COLOUR,
+    COMPONENT_COLOURS,
+    OTHER_COLOUR,
+    profile_chart,
+    timeline_chart,
+)
 from chaosproxy.report.tables import (
     CONFIGURATION_NOTE,
     FAULTS_NOTE,
@@ -32,7 +39,7 @@ table { border-collapse: collapse; margin: .8em 0; }
 td, th { padding: .25em .8em; border-bottom: 1px solid #eee; } th { text-align: left; background: #f6f7f8; }
 .chart { display: block; margin: .6em 0; max-width: 100%; height: auto; }
 .chart text { font: 12px system-ui, sans-serif; fill: #1d2327; }
-.chart text.axis, .chart text.note { fill: #5f6368; }
+.chart text.axis, .chart text.note { fill: #5f6368; } .chart text.small { font-size: 10px; }
 .chart .grid { stroke: #e3e5e8; } .chart .whisker { stroke: #1d2327; stroke-width: 1.2; }
 .legend span { display: inline-block; margin-right: 1.2em; }
 .legend i { display: inline-block; width: .9em; height: .9em; margin-right: .3em; vertical-align: -.1em; }
@@ -63,7 +70,7 @@ def html_note(text: str) -> str:
 def _profile(profile: Profile) -> str:
     rows = [profile.overall, *profile.by_component]
     parts = ['<h2 id="profile">Robustness profile</h2>', html_note(PROFILE_NOTE),
-             _legend({"clean": CLEAN_COLOUR, **COMPONENT_COLOURS}),
+             _legend({"clean": CLEAN_COLOUR, **COMPONENT_COLOURS, "overall": OTHER_COLOUR}),
              "<h3>By POMDP component</h3>", profile_chart(rows, "component"),
              html_table(profile_table(rows, "component"))]
     if profile.by_fault:

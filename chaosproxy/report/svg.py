@@ -79,19 +79,23 @@ def _paired_chart(kind: str, name: str, title: str, label_w: int, note_w: int, r
     return "\n".join(parts)
 
 
+MIN_BAR_W = 4  # px: a bar at or near 0 % still shows its colour, and says its value past its whisker
+
+
 def _bar(rate: Rate, y: float, h: float, colour: str, kind: str, x: Scale) -> str:
     if rate.value is None:
         return _text(x(0) + 4, y + h - 2, f"{kind}: no runs", css="note")
     low, high = rate.interval
     tip = f"{kind}: {percent(rate.value)} of {rate.n} runs (95% CI {percent(low)}–{percent(high)})"
     mid = y + h / 2
+    width = x(rate.value) - x(0)
     return "".join([
         f'<g class="bar {kind}"><title>{escape(tip)}</title>',
-        (f'<rect x="{x(0):.1f}" y="{y:.1f}" width="{max(x(rate.value) - x(0), 1):.1f}" height="{h}" '
-         f'fill="{colour}"/>'),
+        f'<rect x="{x(0):.1f}" y="{y:.1f}" width="{max(width, MIN_BAR_W):.1f}" height="{h}" fill="{colour}"/>',
         _line(x(low), mid, x(high), mid, "whisker"),
         _line(x(low), y + 2, x(low), y + h - 2, "whisker"),
         _line(x(high), y + 2, x(high), y + h - 2, "whisker"),
+        _text(x(high) + 4, y + h - 2, percent(rate.value), css="small") if width < MIN_BAR_W else "",
         "</g>"])
 
 
