@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,13 @@ from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
 from tests.modern_server import QUESTION, REPORT
-from tests.modern_support import Asker, TasksClient, modern, serve_http, stdio_params
+from tests.modern_support import POLL_LIMIT, Asker, TasksClient, modern, serve_http, stdio_params
 from tests.stdio_support import scenario_file
 from tests.support import log_events
 
 TRANSPORTS = ["http", "stdio"]
 QUIET_S = 1.0  # how long a subscription must stay silent to show a notification never came
+LOG_WAIT_S = 10.0  # how long a stdio relay may take to finish its log once the client has left
 names = itertools.count()
 
 
@@ -74,9 +76,18 @@ def through(make_proxy: Any, modern_http: str, cached_http: str, tmp_path: Path)
             log = tmp_path / f"stdio-{next(names)}.jsonl"
             params = stdio_params(log, scenario_file(tmp_path, *rules), *(CACHED if cached else ()))
             async with modern(params, **options) as client:
-                yield client, Run(lambda kind=None: log_events(log, kind))
+                yield client, Run(lambda kind=None: ended_log(log, kind))
 
     return open_
+
+
+def ended_log(log: Path, kind: str | None) -> list[dict[str, Any]]:
+    """The lines of a stdio relay's log once the relay has logged its session's end (its last line)."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while not any(line.get("change") == "dropped" for line in log_events(log, "session")):
+        assert time.monotonic() < deadline, "the stdio relay never logged its session's end"
+        time.sleep(0.05)
+    return log_events(log, kind)
 
 
 def fired_on_call(run: Run, rule: str, method: str) -> None:
@@ -344,3 +355,19 @@ async def test_a_task_completes_through_an_idle_proxy(through, transport):
         result = await client.call_tool("report", {"polls": 2})
     assert result.content[0].text == REPORT and tasks.polls == ["working", "working", "completed"]
     assert len(run.calls("tasks/get")) == 3 and not run.events("fault")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_stuck_task_keeps_working_until_the_client_gives_up(through, transport):
+    tasks = TasksClient()
+    stuck = {"name": "never-done", "fault": {"type": "task_stuck"}}
+    async with through(transport, stuck, extensions=[tasks]) as (client, run):
+        with pytest.raises(TimeoutError):
+            await client.call_tool("report", {"polls": 1})
+        weather = await client.call_tool("weather", {"city": "Bern"})
+    assert tasks.polls == ["working"] * POLL_LIMIT
+    assert weather.content[0].text == "Bern: 21 C, clear"
+    lines = run.faults("task_stuck")  # from the poll that would have said completed on: each one held
+    assert len(lines) == POLL_LIMIT - 1 and {line["method"] for line in lines} == {"tasks/get"}
+    assert lines[0]["effect"] == {"state": "working"}
+    fired_on_call(run, "never-done", "tasks/get")

@@ -110,7 +110,7 @@ class TerminalFault(TaskStateFault):
 
     def on_task(self, reply: TaskReply, ctx: FaultContext) -> Action | None:
         if reply.kind in ("artifact", "message"):
-            return Withhold(f"{reply.kind} of a task that {self.state}")
+            return withheld(reply, f"{reply.kind} of a task that {self.state}")
         text = self.message or self.default_message
         return rewritten(ctx.message, reply.forced(self.state, text, False), state=self.state.value)
 
@@ -118,6 +118,11 @@ class TerminalFault(TaskStateFault):
 def rewritten(msg: Message, piece: dict[str, Any], **effect: Any) -> Rewrite:
     """The synthetic message `msg` carrying `piece` instead."""
     return Rewrite({**(msg.rpc or {}), "result": piece}, effect=effect)
+
+
+def withheld(reply: TaskReply, what: str) -> Withhold | None:
+    """A stream's event about the task left out (a whole reply keeps its other pieces: nothing to do)."""
+    return Withhold(what) if reply.event is not None else None
 
 
 def ended(reply: TaskReply, idle: bool) -> EndStream:
