@@ -46,7 +46,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def parse_routes(upstream: str | Mapping[str, str]) -> dict[str, str]:
     """An upstream URL (or Toxiproxy's HOST:PORT, taken as http://HOST:PORT), or routes PREFIX -> URL."""
-    routes = {"/": upstream} if isinstance(upstream, str) else dict(upstream)
+    routes = ({"/": upstream} if upstream else {}) if isinstance(upstream, str) else dict(upstream)
     if not routes:
         raise ProxyError("missing required field: upstream")
     try:

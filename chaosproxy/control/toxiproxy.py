@@ -96,16 +96,16 @@ class ToxiproxyApi:
     async def _populate(self, request: web.Request) -> web.Response:
         """Make the proxies of a list, replacing those of the same name unless they listen and forward as
         asked; all checked before any is made, as Toxiproxy does."""
-        wanted = await _body(request, list)
-        for index, body in enumerate(wanted, 1):
-            _check_required(body, f" at proxy {index}")
         made: list[ManagedProxy] = []
         try:
+            wanted = await _body(request, list)
+            for index, body in enumerate(wanted, 1):
+                _check_required(body, f" at proxy {index}")
             for body in wanted:
                 made.append(await self._replace(body))
-        except ProxyError as exc:
-            return _json({"error": str(exc), "status": exc.status, "proxies": [_proxy_json(p) for p in made]},
-                         exc.status)
+        except ProxyError as exc:  # (its "proxies": those made before, null for none, as Toxiproxy says it)
+            return _json({"error": str(exc), "status": exc.status,
+                          "proxies": [_proxy_json(proxy) for proxy in made] or None}, exc.status)
         return _json({"proxies": [_proxy_json(proxy) for proxy in made]}, 201)
 
     async def _replace(self, body: dict[str, Any]) -> ManagedProxy:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install the independent MCP peers the tests run against (no proxy code involved):
-#   npm: server-everything, inspector, conformance and a Node 22 binary -> .peers/node_modules
+# Install the independent peers the tests run against (no proxy code involved):
+#   npm: server-everything, inspector, conformance, toxiproxy-node-client and a Node 22 binary -> .peers/node_modules
 #        (exact versions and the whole tree pinned by package.json + package-lock.json beside this file)
 #   pip: mcp-server-time -> the project venv (PY=... to pick another interpreter)
 # Idempotent: a stamp of the lock file makes a second run a no-op in well under a second.
