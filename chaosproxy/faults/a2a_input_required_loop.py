@@ -4,8 +4,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from chaosproxy.engine.actions import Action, Withhold
-from chaosproxy.faults._task_state import TaskReply, TaskStateFault, remember, remembered, rewritten
+from chaosproxy.engine.actions import Action
+from chaosproxy.faults._task_state import TaskReply, TaskStateFault, remember, remembered, rewritten, withheld
 from chaosproxy.faults.base import FaultContext, register
 from chaosproxy.protocols.tasks import TaskState
 
@@ -30,7 +30,7 @@ class A2aInputRequiredLoop(TaskStateFault):
         if asked == RELEASED:
             return None
         if reply.kind in ("artifact", "message"):
-            return Withhold(f"{reply.kind} of a task held in input-required")
+            return withheld(reply, f"{reply.kind} of a task held in input-required")
         if reply.state is not TaskState.COMPLETED:
             return None  # asked once its work is done, in place of its result
         if reply.followup or asked == 0:  # an answer to the question (or the first result): ask again, or let go

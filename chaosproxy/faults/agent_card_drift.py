@@ -69,7 +69,8 @@ class AgentCardDrift(Fault):
 
 
 def _rename(skill: dict[str, Any], suffix: str) -> str:
-    skill["id"] = new_id = skill["id"] + suffix
+    new_id = f"{skill['id']}{suffix}"
+    skill["id"] = new_id
     if isinstance(skill.get("name"), str):
         skill["name"] += suffix
     return new_id

@@ -4,8 +4,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from chaosproxy.engine.actions import Action, Withhold
-from chaosproxy.faults._task_state import TaskReply, TaskStateFault, ended, rewritten
+from chaosproxy.engine.actions import Action
+from chaosproxy.faults._task_state import TaskReply, TaskStateFault, ended, rewritten, withheld
 from chaosproxy.faults.base import FaultContext, register
 from chaosproxy.protocols.tasks import TaskState
 
@@ -19,7 +19,7 @@ class TaskStuck(TaskStateFault):
 
     def on_task(self, reply: TaskReply, ctx: FaultContext) -> Action | None:
         if reply.kind in ("artifact", "message"):
-            return Withhold(f"{reply.kind} of a stuck task")
+            return withheld(reply, f"{reply.kind} of a stuck task")
         if reply.event is not None and reply.ends_stream:
             return ended(reply, idle=True)  # its stream stays open and silent: the task never ends
         state = TaskState(self.state)

@@ -52,6 +52,7 @@ from chaosproxy.engine.actions import (
     Rewrite,
     Truncate,
 )
+from chaosproxy.protocols import a2a
 from chaosproxy.protocols.llm import ANTHROPIC
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.redact import redacted_url
@@ -122,6 +123,9 @@ class CallTrace:
 
     def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
         """The call is over: `outcome` as in the call log, the HTTP `status`, the JSON-RPC `reply`."""
+
+    def task(self, task_id: str | None, state: str | None) -> None:
+        """The A2A task the call is about (`a2a.task.id`), and its state as the agent got it (`a2a.task.state`)."""
 
 
 class Tracing:
@@ -290,7 +294,15 @@ class OtlpTracing(Tracing):
                 carrier["tracestate"] = trace_state
         if rpc is None and body:
             rpc = msg.rpc
-        if rpc is not None and type(method := rpc.get("method")) is str:
+        called = msg.a2a.method if msg.a2a is not None else a2a.jsonrpc_method(rpc) if rpc is not None else None
+        if called is not None:  # A2A: its context goes in the traceparent header alone (no _meta in A2A)
+            head = self._heads.get(a2a_key := ("a2a", network, url, called)) or \
+                self._head(a2a_key, *_a2a_attributes(called, network, url))
+            span = msg.trace = _Call(self, trace_state, span_ids, head,
+                                     {"jsonrpc.request.id": str(rpc["id"])} if rpc is not None and "id" in rpc else {})
+            if msg.a2a is not None:
+                span.task(msg.a2a.task_id, None)
+        elif rpc is not None and type(method := rpc.get("method")) is str:
             params = rpc.get("params")
             head = self._mcp_head(msg, method, params, meta, version, network, url, session_id)
             span = msg.trace = _Call(self, trace_state, span_ids, head,
@@ -487,7 +499,15 @@ class _Call(CallTrace):
             child.end_ns = now + int(waited * 1e9)
             tracing.exporter.add(child)
 
-    def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
+    def task(self, task_id: str | None, state: str | None) -> None:
+        if self.end_ns:
+            return
+        if task_id is not None and _TASK_ID.fullmatch(task_id):  # the remote agent's: checked before it goes out
+            self.attributes["a2a.task.id"] = task_id
+        if state is not None:
+            self.attributes["a2a.task.state"] = state
+
+    def end(self, outcome: str = Outcome.OK, *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
         if self.end_ns:
             return
         attributes = self.attributes
@@ -619,6 +639,17 @@ def _mcp_attributes(network: str, url: str | None, method: str, target: str | No
     if version is not None:
         attributes["mcp.protocol.version"] = version
     return (f"{method} {target}" if target is not None else method), attributes
+
+
+def _a2a_attributes(method: str, network: str, url: str | None) -> tuple[str, dict[str, Any]]:
+    """The name and attributes of an A2A call's span (`a2a.method.name`, as v1.0 names the method)."""
+    attributes: dict[str, Any] = {"network.transport": network, "a2a.method.name": method}
+    if url is not None:
+        attributes["server.address"], attributes["server.port"] = _server(url)
+    return method, attributes
+
+
+_TASK_ID = re.compile(r"[\x21-\x7e]{1,128}")  # what a task id may be in a span: printable, bounded
 
 
 def _other_attributes(msg: Message, network: str, url: str | None) -> tuple[str, dict[str, Any]]:

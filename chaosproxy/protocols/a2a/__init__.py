@@ -12,6 +12,8 @@ Methods are named as v1.0 names them, whatever the binding or version on the wir
 
 from __future__ import annotations
 
+from typing import Any
+
 GET_AGENT_CARD = "GetAgentCard"
 SEND_MESSAGE = "SendMessage"
 SEND_STREAMING_MESSAGE = "SendStreamingMessage"
@@ -51,3 +53,17 @@ CARDS = frozenset({GET_AGENT_CARD, GET_EXTENDED_CARD})
 
 CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")  # v1.0 and v0.3, and v0.2's
 VERSION_HEADER = "A2A-Version"
+
+
+def jsonrpc_method(rpc: dict[str, Any]) -> str | None:
+    """The A2A method (its v1.0 name) a JSON-RPC request calls, or None when it is no A2A request. MCP's
+    Tasks has a `tasks/get` and a `tasks/cancel` too: theirs name a `taskId`, A2A's an `id`."""
+    name = rpc.get("method")
+    if name in METHODS:
+        return str(name)
+    if name not in FROM_V0_3:
+        return None
+    params = rpc.get("params")
+    if name in ("tasks/get", "tasks/cancel") and isinstance(params, dict) and "taskId" in params:
+        return None
+    return FROM_V0_3[name]

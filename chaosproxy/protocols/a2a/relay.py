@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,7 +194,7 @@ class A2aExchange:
 
     def _decide_rest_request(self) -> Respond | None:
         """A REST request's body, read as the JSON-RPC request it stands for, through the message rules."""
-        body = wire._json(self.msg.body or b"")
+        body = wire.json_value(self.msg.body or b"")
         if not isinstance(body, dict):
             return None
         view = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": None, "method": self.call.method,
@@ -254,7 +254,7 @@ class A2aExchange:
 
     def _relay_card(self, payload: bytes, headers: MutableMapping[str, str]) -> tuple[int, bytes]:
         msg, relay = self.msg, self.relay
-        card = wire._json(payload)
+        card = wire.json_value(payload)
         if not isinstance(card, dict):
             relay.skip(msg, "the agent card is not a JSON object: relayed as it came")
             return 200, payload
@@ -296,9 +296,10 @@ class A2aExchange:
         if status != 200 or not self.interest.pieces:
             return payload
         try:
-            holder, unwrap = self._holder(payload)
-            if holder is None:
+            held = self._holder(payload)
+            if held is None:
                 return payload
+            holder, unwrap = held
             changed = False
             for piece in wire.pieces(holder):
                 changed |= self._decide_piece(piece, self.call.piece(piece))
@@ -307,13 +308,13 @@ class A2aExchange:
             self.relay.failed(self.msg, "rewriting the reply", exc)
             return payload
 
-    def _holder(self, data: bytes) -> tuple[dict[str, Any] | None, Any]:
+    def _holder(self, data: bytes) -> tuple[dict[str, Any], Callable[[dict[str, Any]], Any]] | None:
         """The reply's result under "result" (a JSON-RPC reply as it is; a REST body put there), and how
-        to get the wire form back."""
-        parsed = wire._json(data)
+        to get the wire form back; None when the reply carries no result."""
+        parsed = wire.json_value(data)
         if self.call.binding == wire.JSONRPC:
-            return (parsed, lambda holder: holder) if isinstance(parsed, dict) and "result" in parsed else (None, None)
-        return ({"result": parsed}, lambda holder: holder["result"]) if isinstance(parsed, dict) else (None, None)
+            return (parsed, lambda holder: holder) if isinstance(parsed, dict) and "result" in parsed else None
+        return ({"result": parsed}, lambda holder: holder["result"]) if isinstance(parsed, dict) else None
 
     async def relay_events(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """A stream of task events, decided on event by event as they arrive (never buffered whole); it
@@ -327,11 +328,12 @@ class A2aExchange:
         snapshot: dict[str, Any] = {}  # the task as its events built it (a held result needs it whole)
         async for frame in streams.sse_frames(chunks, MAX_EVENT):
             data = None if isinstance(frame, streams.Unframed) else streams.sse_data(frame)
-            holder, unwrap = self._holder(data) if data is not None else (None, None)
-            found = wire.pieces(holder) if holder is not None else []
-            if not found:
+            held = self._holder(data) if data is not None else None
+            found = wire.pieces(held[0]) if held is not None else []
+            if held is None or not found:
                 yield frame
                 continue
+            holder, unwrap = held
             piece = found[0]
             events += 1
             real_ends = piece.ends_stream
@@ -390,8 +392,11 @@ class A2aExchange:
                 held = dict(snapshot) if snapshot else real
                 self.memory.held.remember(task_id, held if held.get("id") == task_id else real)
         changed |= self._decide_texts(piece, call, key)
-        if task_id is not None and (state := piece.state) is not None:
+        state = piece.state
+        if task_id is not None and state is not None:
             self.memory.states.remember(task_id, state)
+        if self.msg.trace is not None:  # the call's span: the task, in the state the agent got
+            self.msg.trace.task(task_id, state.value if state is not None else None)
         return changed
 
     def _decide_texts(self, piece: Piece, call: A2aCall, key: str | None) -> bool:

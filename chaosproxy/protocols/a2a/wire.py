@@ -92,7 +92,7 @@ def classify(msg: Message, an_agent: bool) -> A2aCall | None:
         if found is not None and http_method in ("*", msg.http_method):
             call = A2aCall(method, version or "0.3", REST, task_id=found.groupdict().get("task"))
             if method in a2a.SENDS and msg.body:
-                body = _json(msg.body)
+                body = json_value(msg.body)
                 if isinstance(body, dict):
                     _read_send(call, body)
             return call
@@ -100,14 +100,12 @@ def classify(msg: Message, an_agent: bool) -> A2aCall | None:
 
 
 def _jsonrpc_call(rpc: dict[str, Any]) -> A2aCall | None:
-    name, params = rpc.get("method"), rpc.get("params")
-    params = params if isinstance(params, dict) else {}
-    if name in a2a.METHODS:
-        call = A2aCall(name, "1.0", JSONRPC)
-    elif name in a2a.FROM_V0_3 and not (name in ("tasks/get", "tasks/cancel") and "taskId" in params):
-        call = A2aCall(a2a.FROM_V0_3[name], "0.3", JSONRPC)  # (MCP's Tasks has tasks/get too, with a taskId)
-    else:
+    method = a2a.jsonrpc_method(rpc)
+    if method is None:
         return None
+    params = rpc.get("params")
+    params = params if isinstance(params, dict) else {}
+    call = A2aCall(method, "1.0" if rpc.get("method") == method else "0.3", JSONRPC)
     if call.method in a2a.SENDS:
         _read_send(call, params)
     else:
@@ -142,7 +140,8 @@ def _header_version(headers: Mapping[str, str]) -> str | None:
     return "0.3" if value.strip().startswith("0.") else "1.0"
 
 
-def _json(body: bytes) -> Any:
+def json_value(body: bytes) -> Any:
+    """The JSON value `body` holds, or None."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -186,18 +185,24 @@ def pieces(holder: dict[str, Any], key: str = "result") -> list[Piece]:
     value = holder.get(key)
     if not isinstance(value, dict):
         return []
-    kind = _KINDS.get(value.get("kind")) if isinstance(value.get("kind"), str) else None
+    tag = value.get("kind")
+    kind = _KINDS.get(tag) if isinstance(tag, str) else None
     if kind is not None or _is_task(value):
-        return [Piece(kind or "task", value, lambda new: holder.__setitem__(key, new))]
+        return [Piece(kind or "task", value, _putter(holder, key))]
     wrapped = [(name, kind) for name, kind in _WRAPPED.items() if isinstance(value.get(name), dict)]
     if len(wrapped) == 1:
         name, kind = wrapped[0]
-        return [Piece(kind, value[name], lambda new: value.__setitem__(name, new))]
+        return [Piece(kind, value[name], _putter(value, name))]
     tasks = value.get("tasks")
     if isinstance(tasks, list):
-        return [Piece("task", task, lambda new, i=i: tasks.__setitem__(i, new))
-                for i, task in enumerate(tasks) if isinstance(task, dict)]
+        return [Piece("task", task, _putter(tasks, i)) for i, task in enumerate(tasks) if isinstance(task, dict)]
     return []
+
+
+def _putter(container: Any, index: Any) -> Callable[[dict[str, Any]], None]:
+    def put(new: dict[str, Any]) -> None:
+        container[index] = new
+    return put
 
 
 def _is_task(value: dict[str, Any]) -> bool:
@@ -292,7 +297,7 @@ def with_text(part: dict[str, Any], text: str) -> dict[str, Any] | None:
     """`part` saying `text` instead (a data part: `text` parsed as JSON), or None when it cannot."""
     if isinstance(part.get("text"), str):
         return {**part, "text": text}
-    data = _json(text.encode())
+    data = json_value(text.encode())
     return None if data is None and text.strip() != "null" else {**part, "data": data}
 
 
