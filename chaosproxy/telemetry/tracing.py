@@ -507,7 +507,7 @@ class _Call(CallTrace):
         if state is not None:
             self.attributes["a2a.task.state"] = state
 
-    def end(self, outcome: str = Outcome.OK, *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
+    def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
         if self.end_ns:
             return
         attributes = self.attributes
