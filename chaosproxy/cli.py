@@ -27,6 +27,7 @@ from chaosproxy.engine.scenario import (
     order_warnings,
     read_text,
 )
+from chaosproxy.harness import command as inspect_command
 from chaosproxy.report import command as report_command
 from chaosproxy.telemetry.log import ops, setup_operational_log
 from chaosproxy.telemetry.redact import redacted_url
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
+    inspect_command.add_arguments(sub.add_parser(
+        "import-inspect", help="an Inspect AI eval of a chaos task as a drill's folder (report, merge, gates)",
+        description=inspect_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     cassette_command.add_replay_arguments(sub.add_parser(
         "replay", help="serve a cassette (recorded with --record, or VCR.py's) as the upstream",
         description=cassette_command.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter), _listen_address)
@@ -269,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             return report_command.report_main(args)
         case "export":
             return report_command.export_main(args)
+        case "import-inspect":
+            return inspect_command.main(args)
         case "replay":
             return cassette_command.replay_main(args)
         case "cassette":
