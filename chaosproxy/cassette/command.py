@@ -235,7 +235,7 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         report = asyncio.run(diff_stdio(cassette, shlex.split(args.server_command), skip_calls=args.skip_calls,
                                         timeout=args.timeout))
-    changes = report.changes or []
+    changes = report.changes
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:
@@ -264,8 +264,10 @@ def _convert(source: Path, dest: Path) -> int:
             print(f"chaosproxy cassette convert: {dest} cannot carry {lost}", file=sys.stderr)
     else:
         writer = CassetteWriter(dest, cassette.header)
-        for item in [*cassette.exchanges, *cassette.frames]:
-            writer.write(item)
+        for exchange in cassette.exchanges:
+            writer.write(exchange)
+        for frame in cassette.frames:
+            writer.write(frame)
         writer.close()
     print(f"{source} -> {dest}: {len(cassette.exchanges) or len(cassette.frames)} "
           f"{'exchanges' if cassette.kind == 'http' else 'frames'}")

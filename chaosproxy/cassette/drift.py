@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
 
 from chaosproxy.cassette.format import Cassette, Exchange, Frame
-from chaosproxy.cassette.match import request_key
+from chaosproxy.cassette.match import is_rpc, json_or_none, request_key
 from chaosproxy.cassette.redact import REDACTED, Redactor
 from chaosproxy.protocols.streams import SseSplitter, decode_whole, sse_data
 
@@ -44,10 +44,10 @@ class DriftReport:
     sent: int = 0
     skipped: int = 0
     failed: int = 0  # requests the upstream did not answer
-    changes: list[Change] | None = None
+    changes: list[Change] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "changes": [asdict(change) for change in self.changes or []]}
+        return asdict(self)
 
 
 # comparing
@@ -57,27 +57,15 @@ def messages(body: bytes, content_type: str | None) -> list[Any] | None:
     if content_type is not None and "text/event-stream" in content_type:
         splitter = SseSplitter()
         events = [*splitter.feed(body), splitter.rest()]
-        values = [_json(data) for event in events if event and (data := sse_data(event)) is not None]
+        values = [json_or_none(data) for event in events if event and (data := sse_data(event)) is not None]
         return [value for value in values if value is not None] or None
-    value = _json(body)
-    return None if value is None else value if isinstance(value, list) and _is_rpc(value) else [value]
-
-
-def _json(data: bytes) -> Any:
-    try:
-        return orjson.loads(data) if data else None
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _is_rpc(value: Any) -> bool:
-    items = value if isinstance(value, list) and value else [value]
-    return all(isinstance(item, dict) and item.get("jsonrpc") == "2.0" for item in items)
+    value = json_or_none(body)
+    return None if value is None else value if isinstance(value, list) and is_rpc(value) else [value]
 
 
 def replies(values: list[Any]) -> list[Any]:
     """The JSON-RPC replies among `values` (or the values themselves when they are not JSON-RPC)."""
-    if not all(_is_rpc(value) for value in values):
+    if not all(is_rpc(value) for value in values):
         return values
     return [value for value in values if isinstance(value, dict) and "method" not in value]
 
@@ -138,9 +126,9 @@ def tool_changes(old: list[Any], new: list[Any]) -> list[tuple[str, str]]:
             added.remove(twin)
     changes += [("tool_removed", name) for name in removed] + [("tool_added", name) for name in added]
     for name in before.keys() & after.keys():
-        for field in ("inputSchema", "outputSchema"):
-            if _key(before[name].get(field)) != _key(after[name].get(field)):
-                paths = value_changes(before[name].get(field), after[name].get(field), field)
+        for schema in ("inputSchema", "outputSchema"):
+            if _key(before[name].get(schema)) != _key(after[name].get(schema)):
+                paths = value_changes(before[name].get(schema), after[name].get(schema), schema)
                 changes.append(("schema", f"tool {name}: " + "; ".join(paths[:SHOWN_PATHS]) +
                                 (f"; {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else "")))
         if before[name].get("description") != after[name].get("description"):
@@ -192,7 +180,7 @@ async def diff_http(cassette: Cassette, upstream: str, *, headers: dict[str, str
                     timeout: float) -> DriftReport:
     import aiohttp
 
-    report = DriftReport(upstream, changes=[])
+    report = DriftReport(upstream)
     redactor = Redactor(cassette.extra_redactions)
     sessions: dict[str, str] = {}
     base = upstream.rstrip("/")
@@ -200,7 +188,7 @@ async def diff_http(cassette: Cassette, upstream: str, *, headers: dict[str, str
     async with aiohttp.ClientSession(timeout=client_timeout, auto_decompress=True) as session:
         for exchange in cassette.exchanges:
             request = exchange.request
-            body_value = _json(request.body)
+            body_value = json_or_none(request.body)
             where = request_key(request.method, request.target, request.body, redactor).describe()
             if _skipped(exchange, body_value, skip_calls):
                 report.skipped += 1
@@ -262,7 +250,7 @@ def _compare_http(where: str, exchange: Exchange, request: Any, status: int, liv
 
 async def diff_stdio(cassette: Cassette, command: list[str], *, skip_calls: bool, timeout: float) -> DriftReport:
     """The recorded client lines sent to a fresh server process, its replies compared with the recorded ones."""
-    report = DriftReport(shlex.join(command), changes=[])
+    report = DriftReport(shlex.join(command))
     recorded = _recorded_replies(cassette.frames)
     process = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE,
                                                    stdout=asyncio.subprocess.PIPE, start_new_session=True)
@@ -271,7 +259,7 @@ async def diff_stdio(cassette: Cassette, command: list[str], *, skip_calls: bool
     reader = asyncio.create_task(_read_replies(process.stdout, live))
     try:
         for frame in cassette.frames:
-            message = _json(frame.data)
+            message = json_or_none(frame.data)
             if frame.side != "client" or not isinstance(message, dict):
                 continue
             if skip_calls and message.get("method") == "tools/call":
@@ -305,7 +293,7 @@ async def diff_stdio(cassette: Cassette, command: list[str], *, skip_calls: bool
 def _recorded_replies(frames: list[Frame]) -> dict[bytes, Any]:
     replied: dict[bytes, Any] = {}
     for frame in frames:
-        message = _json(frame.data)
+        message = json_or_none(frame.data)
         if frame.side == "server" and isinstance(message, dict) and "method" not in message and "id" in message:
             replied.setdefault(orjson.dumps(message["id"]), message)
     return replied
@@ -313,7 +301,7 @@ def _recorded_replies(frames: list[Frame]) -> dict[bytes, Any]:
 
 async def _read_replies(stdout: asyncio.StreamReader, live: dict[bytes, Any]) -> None:
     while line := await stdout.readline():
-        message = _json(line.strip())
+        message = json_or_none(line.strip())
         if isinstance(message, dict) and "method" not in message and "id" in message:
             live[orjson.dumps(message["id"])] = message
 

@@ -67,7 +67,7 @@ def _what(path: str, body: bytes) -> str:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return f"sha256:{hashlib.sha256(body).hexdigest()[:16]} ({len(body)} bytes)"
-    if _is_rpc(value):
+    if is_rpc(value):
         return _canonical([_rpc(item) for item in value] if isinstance(value, list) else _rpc(value))
     api = api_for_path(path)
     if api is not None and isinstance(value, dict):
@@ -75,9 +75,18 @@ def _what(path: str, body: bytes) -> str:
     return _canonical(_normal(value))
 
 
-def _is_rpc(value: Any) -> bool:
+def is_rpc(value: Any) -> bool:
+    """A JSON-RPC message, or a batch of them."""
     items = value if isinstance(value, list) and value else [value]
     return all(isinstance(item, dict) and item.get("jsonrpc") == "2.0" for item in items)
+
+
+def json_or_none(data: bytes) -> Any:
+    """`data` as a JSON value, or None when it is empty or not JSON."""
+    try:
+        return orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _rpc(message: dict[str, Any]) -> Any:

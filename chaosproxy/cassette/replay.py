@@ -29,7 +29,7 @@ from chaosproxy.adapters.h1 import (
     Listener,
 )
 from chaosproxy.cassette.format import Cassette, Event, Exchange, Frame
-from chaosproxy.cassette.match import Index, Key, frame_key, no_match_message, request_key
+from chaosproxy.cassette.match import Index, Key, frame_key, json_or_none, no_match_message, request_key
 from chaosproxy.cassette.redact import Redactor
 from chaosproxy.protocols.streams import sse_data, sse_with_data
 from chaosproxy.telemetry.log import ops
@@ -117,13 +117,6 @@ def _progress_token(message: dict[str, Any]) -> Any:
     return meta.get("progressToken") if isinstance(meta, dict) else None
 
 
-def _json(body: bytes) -> Any:
-    try:
-        return orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
-        return None
-
-
 class HttpReplay:
     """The HTTP cassette's answers, whatever serves them: matching, sessions and what went unmatched."""
 
@@ -159,7 +152,8 @@ class HttpReplay:
 
     def _fill(self, exchange: Exchange, method: str, session: str | None, body: bytes) -> Answer:
         recorded = exchange.response
-        swaps = Swaps(_json(exchange.request.body), _json(body)) if body and exchange.request.body else None
+        swaps = Swaps(json_or_none(exchange.request.body), json_or_none(body)) \
+            if body and exchange.request.body else None
         headers: Headers = []
         chunked = False
         length_header: str | None = None
@@ -321,7 +315,7 @@ class ReplayServer:
 
     def _error(self, exchange: ClientExchange, status: int, message: str, body: bytes | None) -> None:
         """No recorded answer: a JSON-RPC error for a JSON-RPC call, else `status` with a JSON error."""
-        request = _json(body) if body else None
+        request = json_or_none(body) if body else None
         if isinstance(request, dict) and request.get("jsonrpc") == "2.0" and "method" in request:
             if "id" not in request:  # a notification has no answer to carry an error
                 self._reply(exchange, 202, b"", b"")
@@ -376,7 +370,7 @@ class StdioReplay:
         began: dict[int, float] = {}
         last: _Turn | None = None
         for frame in cassette.frames:
-            message = _json(frame.data)
+            message = json_or_none(frame.data)
             if frame.side == "client":
                 if not isinstance(message, dict) or "method" not in message:
                     continue  # a reply to the server's request: nothing answers it
@@ -429,8 +423,8 @@ class StdioReplay:
 
     def _answer(self, line: bytes) -> tuple[list[tuple[float, Frame]], Swaps | None]:
         found: list[str] = []
-        message = _json(self.redactor.json(line, "client", found))
-        live = _json(line)
+        message = json_or_none(self.redactor.json(line, "client", found))
+        live = json_or_none(line)
         if not isinstance(message, dict) or "method" not in message:
             return [], None  # a reply to one of the server's requests, or not JSON-RPC
         key = frame_key(message)
