@@ -169,3 +169,19 @@ def test_vcr_cassettes_are_read_and_written(recorded, tmp_path):
     imported = read_vcr(path)
     assert [e.response.body for e in imported.exchanges] == [body for _, body in answers]
     assert imported.exchanges[1].request.target == "/api/weather?city=Tokyo&api_key=REDACTED"
+
+
+def test_a_body_over_the_limit_is_kept_up_to_it_and_the_replay_cuts_there(server_loop, upstream, tmp_path,
+                                                                          monkeypatch):
+    from chaosproxy.cassette import recorder
+
+    monkeypatch.setattr(recorder, "MAX_BODY", 100_000)
+    folder = tmp_path / "big"
+    with proxy_to(server_loop, upstream, tmp_path / "log.jsonl", record=folder) as proxy:
+        whole = httpx.get(proxy.url + "/big?bytes=300000", timeout=10).content
+    assert len(whole) == 300_000  # the agent got it all; the cassette keeps what it may
+    (exchange,) = read_folder(folder).exchanges
+    assert exchange.response.body == whole[:100_000] and exchange.response.end == "cut"
+    assert (folder / "bodies").is_dir()
+    with replaying(server_loop, folder) as server, pytest.raises(httpx.HTTPError):
+        httpx.get(server.url + "/big?bytes=300000", timeout=10).read()

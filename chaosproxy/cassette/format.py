@@ -25,7 +25,8 @@ An HTTP exchange: the request as the upstream received it, the response as it se
 `t` is seconds from the start of the recording to the request's first byte; `t_head`, each event's `t`
 and `t_end` are seconds from that first byte. An `events` response is a text/event-stream cut into its
 events (each with its blank line). `end`: the upstream ended the response (complete), it was still
-streaming when the agent or the recording stopped (open), or the connection broke mid-body (cut).
+streaming when the agent or the recording stopped (open), or the connection broke mid-body (cut; also
+a body over 64 MiB, kept up to there).
 
 A stdio frame: one line (its newline off) either way, client to server or server to client.
 

@@ -10,7 +10,8 @@ recorder it does none at all. A response's event stream is cut into its events, 
 stdio: a `StdioRecorder` is handed the lines the server received (after the proxy's faults, if any) and
 the lines it sent (before them), each timed.
 
-Secrets are redacted before anything is written (chaosproxy.cassette.redact).
+Secrets are redacted before anything is written (chaosproxy.cassette.redact). What is held stays bounded:
+a body is kept up to MAX_BODY bytes, the rest left out and the response's end `cut` there.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from chaosproxy.telemetry.log import ops
 if TYPE_CHECKING:
     from chaosproxy.adapters.h1 import UpstreamConnection
 
+MAX_BODY = 64 << 20  # bytes of one body (request or response) kept; a longer one is cut there
+
 
 class _Pending:
     """One exchange on a connection: its request as it is sent, then its response as it comes."""
 
     __slots__ = ("seq", "started", "method", "target", "headers", "body", "status", "reason", "response_headers",
-                 "t_head", "pieces", "events", "splitter")
+                 "t_head", "pieces", "events", "splitter", "kept", "over")
 
     def __init__(self, seq: int, started: float) -> None:
         self.seq = seq
@@ -50,6 +53,16 @@ class _Pending:
         self.pieces: list[bytes] = []
         self.events: list[Event] | None = None
         self.splitter: SseSplitter | None = None
+        self.kept = 0  # body bytes held, request and response each up to MAX_BODY
+        self.over = False  # a body went past MAX_BODY: what was left out makes the end `cut`
+
+    def keep(self, data: bytes) -> bytes:
+        """What of `data` fits under MAX_BODY."""
+        room = MAX_BODY - self.kept
+        if len(data) > room:
+            self.over, data = True, data[:max(room, 0)]
+        self.kept += len(data)
+        return data
 
 
 class _Sent:
@@ -74,11 +87,12 @@ class _Sent:
     def on_headers_complete(self) -> None:
         assert self.pending is not None
         self.pending.method = self.conn.requests.get_method().decode("latin-1")
+        self.pending.kept = 0
         self.conn.waiting.append(self.pending)  # an upstream may answer before the body is all there
 
     def on_body(self, body: bytes) -> None:
         assert self.pending is not None
-        self.pending.body.append(body)
+        self.pending.body.append(self.pending.keep(body))
 
 
 class _Received:
@@ -111,6 +125,7 @@ class _Received:
             pending.response_headers = []
             return
         pending.status = status
+        pending.kept = 0
         pending.t_head = time.perf_counter() - pending.started
         headers = {name.lower(): value for name, value in pending.response_headers}
         if b"text/event-stream" in headers.get(b"content-type", b"") and \
@@ -125,6 +140,7 @@ class _Received:
 
     def on_body(self, body: bytes) -> None:
         pending = self._answering()
+        body = pending.keep(body)
         if pending.splitter is None:
             pending.pieces.append(body)
             return
@@ -234,7 +250,7 @@ class HttpRecorder:
             redact.body(b"".join(pending.pieces), header(response_headers, "content-type"), "response", found),
             [Event(event.t, redact.event(event.data, "response", found)) for event in events]
             if events is not None else None,
-            time.perf_counter() - pending.started, end)
+            time.perf_counter() - pending.started, "cut" if pending.over else end)
         for place in found:
             self.redacted[place] = self.redacted.get(place, 0) + 1
         self.writer.write(Exchange(pending.seq, pending.started - self.started, conn.upstream, request, response,

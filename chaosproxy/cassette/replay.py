@@ -173,9 +173,9 @@ class HttpReplay:
             else:
                 payload = swaps.json(payload)
         length: int | None = None
-        if events is None and not chunked:
-            length = int(length_header) if method == "HEAD" and length_header and length_header.isdigit() \
-                else len(payload)
+        if events is None and not chunked:  # the recorded length where the body is not all here (HEAD, cut)
+            length = int(length_header) if (method == "HEAD" or recorded.end == "cut") and length_header and \
+                length_header.isdigit() else len(payload)
         return Answer(recorded.status, recorded.reason.encode("latin-1"), headers, payload, events,
                       recorded.t_head, recorded.t_end, recorded.end, length)
 
