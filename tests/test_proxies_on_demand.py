@@ -81,6 +81,10 @@ def test_a_proxy_is_disabled_and_enabled_on_the_same_port(upstream: str):
     ({"name": "p1", "upstream": "ftp://x"}, "expected an http"),
     ({"name": "p1", "upstream": "127.0.0.1:1", "listen": "nowhere"}, "listen is HOST:PORT"),
     ({"name": "p1", "upstream": "127.0.0.1:1", "scenario": "rules: [{name: x}]"}, "invalid scenario"),
+    ({"name": "p1", "upstream": ["127.0.0.1:1"]}, "upstream is a URL"),
+    ({"name": "p1", "upstream": "127.0.0.1:1", "listen": 8080}, "listen is HOST:PORT"),
+    ({"name": "p1", "upstream": "127.0.0.1:1", "scope_header": "X-A\r\nX-B: 1"}, "scope_header is a header's name"),
+    ({"name": "p1", "upstream": "127.0.0.1:1", "seed": "7"}, "seed is a whole number"),
 ])
 def test_a_proxy_that_cannot_be_made_is_refused_with_the_reason(upstream: str, body, reason):
     with EmbeddedProxy(upstream) as run:

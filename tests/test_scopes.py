@@ -24,6 +24,8 @@ from chaosproxy.client import ControlClient, ControlError
 from chaosproxy.embedded import EmbeddedProxy, ScopedProxy
 from tests.support import free_port, wait_listening
 
+pytest_plugins = ["pytester"]
+
 # a global counter: without scopes, one test's first call would use up the other's fault
 ONCE = {"rules": [{"name": "down", "scope": "global", "first": 1, "match": {"path": "/api/weather"},
                    "fault": {"type": "http_error", "status": 503}}]}
@@ -151,3 +153,32 @@ def test_the_scope_header_is_configurable(upstream: str, tmp_path: Path):
         assert status(url + "/api/weather", {"X-Test-Scope": "t1"}) == 503
 
 
+
+
+def test_tests_marked_shared_share_one_proxy_each_in_its_own_scope(pytester, upstream: str):
+    pytester.makepyfile(f"""
+        import urllib.error, urllib.request
+        import pytest
+
+        URLS = set()
+        ONCE = {ONCE!r}
+
+        def status(url, headers):
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
+                    return response.status
+            except urllib.error.HTTPError as error:
+                error.close()
+                return error.code
+
+        @pytest.mark.parametrize("n", [1, 2])
+        @pytest.mark.chaosproxy(upstream={upstream!r}, scenario=ONCE, shared=True)
+        def test_each_meets_its_own_first_fault(chaosproxy, n):
+            URLS.add(chaosproxy.url)
+            assert [status(chaosproxy.url + "/api/weather", chaosproxy.headers) for _ in range(2)] == [503, 200]
+            assert len(chaosproxy.faults()) == 1
+
+        def test_they_shared_one_listener():
+            assert len(URLS) == 1
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)

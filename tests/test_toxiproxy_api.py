@@ -265,6 +265,9 @@ def test_chaosproxys_own_faults_are_namespaced_toxics(web):
     assert status == 400 and "status" in answer["error"]
     status, answer = _call(api, "POST", "/proxies/web/toxics", {"type": "chaosproxy.gremlins"})
     assert status == 400 and "gremlins" in answer["error"]
+    status, answer = _call(api, "POST", "/proxies/web/toxics", {"type": "chaosproxy.reset", "attributes": {
+        "after_ms": 10, "after_bytes": 10}})
+    assert status == 400 and "not both" in answer["error"]
 
 
 def test_what_an_http_proxy_cannot_do_is_refused_or_said(web):

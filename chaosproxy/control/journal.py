@@ -13,9 +13,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chaosproxy.telemetry.log_schema import Event
+
 JOURNAL_SIZE = 10_000  # lines kept (the oldest go first); each is a dict of a few hundred bytes
 MAX_ANSWER = 10_000  # lines in one answer
-EVENTS = ("call", "fault")
+EVENTS = (Event.CALL, Event.FAULT)
 # query parameter -> the line's field it filters on (equality), beside event, rule, since and limit; `fault`
 # is a fault line's fault type (a call line names the rules whose faults hit it: `rule` finds those too)
 FILTERS = {"scope": "scope", "proxy": "proxy", "tool": "tool", "fault": "fault", "method": "method",
@@ -59,12 +61,14 @@ def _filters(params: Mapping[str, str]) -> list[Callable[[dict[str, Any]], bool]
         if event not in EVENTS:
             raise JournalQueryError(f"event is one of {', '.join(EVENTS)}, got {event[:40]!r}")
         checks.append(lambda line: line.get("event") == event)
-    for param, key in FILTERS.items():
-        if (value := params.get(param)) is not None:
-            checks.append(lambda line, key=key, value=value: line.get(key) == value)
+    checks += [_equals(key, value) for param, key in FILTERS.items() if (value := params.get(param)) is not None]
     if (rule := params.get("rule")) is not None:  # a fault line of that rule, or a call the rule's fault hit
         checks.append(lambda line: line.get("rule") == rule or rule in (line.get("faults") or ()))
     return checks
+
+
+def _equals(key: str, value: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda line: line.get(key) == value
 
 
 def _number(params: Mapping[str, str], name: str, default: int) -> int:

@@ -22,8 +22,9 @@ from chaosproxy.engine.scenario import Scenario, check_route
 from chaosproxy.telemetry.log import MarkedLog, ops
 
 MAX_PROXIES = 1000  # at once: each holds a listening socket, an engine and upstream pools
-# A proxy's name reaches the log and the API's paths.
+# A proxy's name reaches the log and the API's paths; a scope header's name, every request's head.
 _PROXY_NAME = re.compile(r"[A-Za-z0-9._~:@+=-]{1,128}")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 class ProxyError(ValueError):
@@ -36,6 +37,8 @@ class ProxyError(ValueError):
 
 def parse_listen(value: str) -> tuple[str, int]:
     """HOST:PORT (an empty host is 127.0.0.1, never every interface; an empty value, 127.0.0.1:0)."""
+    if not isinstance(value, str):
+        raise ProxyError(f"listen is HOST:PORT, got {value!r}")
     host, sep, port = value.rpartition(":")
     if not value:
         return "127.0.0.1", 0
@@ -46,6 +49,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 def parse_routes(upstream: str | Mapping[str, str]) -> dict[str, str]:
     """An upstream URL (or Toxiproxy's HOST:PORT, taken as http://HOST:PORT), or routes PREFIX -> URL."""
+    if not isinstance(upstream, str | Mapping):
+        raise ProxyError(f"upstream is a URL or HOST:PORT, routes a mapping of PREFIX to URL; got {upstream!r}")
     routes = ({"/": upstream} if upstream else {}) if isinstance(upstream, str) else dict(upstream)
     if not routes:
         raise ProxyError("missing required field: upstream")
@@ -179,6 +184,8 @@ class ProxyRegistry:
         400 for a bad field, 500 when it cannot listen."""
         if not isinstance(name, str) or not _PROXY_NAME.fullmatch(name):
             raise ProxyError(f"a proxy's name is 1 to 128 letters, digits or ._~:@+=- (got {str(name)[:140]!r})")
+        if scope_header is not None and (not isinstance(scope_header, str) or not _HEADER_NAME.fullmatch(scope_header)):
+            raise ProxyError(f"scope_header is a header's name (letters, digits, -), got {str(scope_header)[:80]!r}")
         if name in self.proxies:
             raise ProxyError("proxy already exists", 409)
         if len(self.proxies) >= MAX_PROXIES:
