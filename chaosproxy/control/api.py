@@ -376,8 +376,9 @@ class ControlServer:
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             return _error(400, f"seed is a whole number, got {seed!r}")
-        proxy = await self.proxies.create(body.get("name"), body.get("listen") or "", body.get("routes") or body.get(
-            "upstream") or "", enabled=body.get("enabled", True) is not False, scenario=scenario, seed=seed,
+        upstream = body.get("routes") or body.get("upstream") or ""
+        proxy = await self.proxies.create(body.get("name", ""), body.get("listen") or "", upstream, scenario=scenario,
+                                          enabled=body.get("enabled") is not False, seed=seed,
                                           scope_header=body.get("scope_header"))
         return _json(proxy.as_json(), 201)
 
