@@ -249,3 +249,15 @@ def test_card_urls_point_through_the_proxy_in_both_shapes():
     elsewhere = cards.point_through(card, URL("http://agent:9"), "http://127.0.0.1:8800/remote")
     assert json.dumps(card).count("http://127.0.0.1:8800/remote/a2a/") == 3 and elsewhere == ["http://elsewhere/x"]
     assert cards.proxy_base("evil\r\nX: y", "") is None and cards.proxy_base("[::1]:80", "/a") == "http://[::1]:80/a"
+
+
+async def test_a_rule_that_cannot_match_leaves_the_reply_unread(remote_agent, make_proxy):
+    """A rule on replies aimed at another agent: the reply is handed over as upstream sent it (the relay
+    never reads it), and nothing fires; the same rule aimed at this agent does fire."""
+    for agent, fires in (("another-agent", False), ("geography-*", True)):
+        proxy = make_proxy(rules({"fault": {"type": "task_failed"}, "match": {"a2a_agent": agent}}),
+                           to=remote_agent.url)
+        async with a2a_client(proxy.url, JSONRPC, streaming=False) as client:
+            task = final_task(await events(client, question()))
+        assert (task.status.state == TaskState.TASK_STATE_FAILED) is fires
+        assert bool(proxy.events("fault")) is fires

@@ -20,9 +20,12 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.protocols import a2a
+
 # Actions that keep the real answer from the agent: it gets an error, a fake, a broken frame or nothing.
 # (A content fault's new body, `garble` at level content, is a perturbed answer, not a withheld one.)
-DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate", "garble", "cutstream"})
+DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate", "garble", "cutstream",
+                                "withhold", "endstream"})  # (the last two: an A2A stream's events kept back)
 # A misspelt tool name is passed on, and upstream answers it with an error.
 DISRUPTIVE_FAULTS = frozenset({"unknown_tool"})
 # Actions that hold a call up: a call that then failed (the agent gave up waiting) failed by the fault.
@@ -237,11 +240,11 @@ def read_sessions(path: str | Path) -> list[Session]:
 def classify(calls: list[Call]) -> None:
     """Set each call's kind, from the call itself and the run's JSON-RPC traffic (all its sessions).
 
-    A model-API call is a turn of the agent's loop; a JSON-RPC `tools/call` is a tool call and any
-    other JSON-RPC message MCP's plumbing. A plain HTTP request is a REST tool call, unless it is an
-    MCP endpoint's own: a request without JSON-RPC (a GET stream, a DELETE) on a path that carries
-    JSON-RPC, or a GET that was open while JSON-RPC went to its route (legacy HTTP+SSE's stream,
-    whose POSTs go to another path).
+    A model-API call is a turn of the agent's loop; a JSON-RPC `tools/call` (or an A2A message sent to
+    another agent) is a tool call and any other JSON-RPC message MCP's (or A2A's) plumbing. A plain
+    HTTP request is a REST tool call, unless it is an MCP endpoint's own: a request without JSON-RPC
+    (a GET stream, a DELETE) on a path that carries JSON-RPC, or a GET that was open while JSON-RPC
+    went to its route (legacy HTTP+SSE's stream, whose POSTs go to another path).
     """
     rpc_paths = {(call.route, call.path) for call in calls if call.method is not None}
     rpc_starts: dict[str | None, list[float]] = {}
@@ -252,7 +255,7 @@ def classify(calls: list[Call]) -> None:
         if call.api is not None:
             call.kind = MODEL
         elif call.method is not None:
-            call.kind = TOOL if call.method == "tools/call" else PLUMBING
+            call.kind = TOOL if call.method == "tools/call" or call.method in a2a.SENDS_ON_THE_WIRE else PLUMBING
         elif (call.route, call.path) in rpc_paths or (call.http_method == "GET" and any(
                 call.start <= start <= call.ts for start in rpc_starts.get(call.route, ()))):
             call.kind = PLUMBING

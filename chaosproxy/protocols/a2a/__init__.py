@@ -46,6 +46,7 @@ FROM_V0_3 = {  # v0.3's JSON-RPC method names
 }
 
 SENDS = frozenset({SEND_MESSAGE, SEND_STREAMING_MESSAGE})
+SENDS_ON_THE_WIRE = SENDS | {"message/send", "message/stream"}  # a message sent: A2A's call (both versions)
 STREAMING = frozenset({SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK})
 # the methods whose replies carry tasks (or a message, or task events)
 TASK_REPLIES = frozenset({SEND_MESSAGE, SEND_STREAMING_MESSAGE, GET_TASK, LIST_TASKS, CANCEL_TASK, SUBSCRIBE_TO_TASK})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -68,6 +68,7 @@ class _Interest:
     requests: bool  # rules on requests' messages (REST requests are read into JSON-RPC form for them)
     cards: bool  # rules on the card itself (agent_card_drift)
     holds: bool  # a rule that holds results back (input-required loops)
+    by_state: bool  # a rule on replies names a task state (known from each piece only)
 
 
 def _interest(scenario: Scenario) -> _Interest:
@@ -78,6 +79,7 @@ def _interest(scenario: Scenario) -> _Interest:
         requests=any(rule.fault.phase is Phase.REQUEST for rule in rules),
         cards=any(fault.methods is not None and fault.methods & a2a.CARDS for fault in replies),
         holds=any(isinstance(fault, TaskStateFault) and fault.holds_results for fault in replies),
+        by_state=any(rule.match.task_state is not None for rule in rules if rule.fault.phase is Phase.RESPONSE),
     )
 
 
@@ -163,11 +165,26 @@ class A2aExchange:
         self.interest = relay.interest
         self.faults: list[str] = []  # names of the rules that fired, for the call line (the adapter's list)
         self.card = call.method == a2a.GET_AGENT_CARD
+        # the id the synthetic messages carry, so each fault line names the call it hit (a REST call: none)
+        self.rpc_id = (msg.rpc or {}).get("id") if call.binding == wire.JSONRPC else None
+        self._watching: bool | None = None
 
     @property
     def watching(self) -> bool:
-        """True when the reply must be read: a card (its URLs), or a reply some rule may change."""
-        return self.card or self.interest.pieces
+        """True when the reply must be read: a card (its URLs), or a reply some rule may change (judged
+        once, from the request: its method, agent and skill; a rule on a task state may match any reply)."""
+        if self._watching is None:
+            self._watching = self.card or (self.interest.pieces and (self.interest.by_state or any(
+                self.engine.candidates(self._probe(method)) for method in (self.call.method, "tools/call"))))
+        return self._watching
+
+    def _probe(self, method: str) -> Message:
+        """A reply to this call as a rule on replies would see it: the A2A piece, or its texts as a tool result."""
+        call = replace(self.call, kind="task")
+        request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": method,
+                                                  "params": {"name": call.skill or call.agent or "a2a"}}, call)
+        return self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": {}}, call,
+                               request=request)
 
     # --- the request -------------------------------------------------------------------------
 
@@ -197,7 +214,7 @@ class A2aExchange:
         body = wire.json_value(self.msg.body or b"")
         if not isinstance(body, dict):
             return None
-        view = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": None, "method": self.call.method,
+        view = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": self.call.method,
                                                "params": body}, self.call)
         before = view.rpc
         for fired in self._decide(view):
@@ -218,9 +235,8 @@ class A2aExchange:
         answered = holder["result"]
         if not any(self._holding(name) for name in self.faults):
             del self.memory.held[task_id]  # let go: the agent has the real result now
-        rpc_id = (self.msg.rpc or {}).get("id")
         result = wire.send_result(self.call, "task", answered, self.call.method == a2a.SEND_STREAMING_MESSAGE)
-        body = wire.result_body(self.call, rpc_id, result)
+        body = wire.result_body(self.call, self.rpc_id, result)
         if self.call.method == a2a.SEND_STREAMING_MESSAGE:
             return Respond(200, wire.sse_event(body), {"Content-Type": "text/event-stream"})
         return Respond(200, body, {"Content-Type": "application/json"})
@@ -274,7 +290,7 @@ class A2aExchange:
             changed = orjson.dumps(card) != before
         if self.interest.cards:
             call = A2aCall(self.call.method, self.call.version, self.call.binding, agent=relay.agent, kind="card")
-            view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": card}, call)
+            view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": card}, call)
             self._decide(view)
             if isinstance(new := (view.rpc or {}).get("result"), dict) and new is not card:
                 card, changed = new, True
@@ -293,7 +309,7 @@ class A2aExchange:
 
     def relay_body(self, payload: bytes, status: int | None) -> bytes:
         """A whole (non-streamed) reply, its pieces decided on."""
-        if status != 200 or not self.interest.pieces:
+        if status != 200 or not self.watching:
             return payload
         try:
             held = self._holder(payload)
@@ -319,7 +335,7 @@ class A2aExchange:
     async def relay_events(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """A stream of task events, decided on event by event as they arrive (never buffered whole); it
         ends after an event a fault made final (the remote agent's later events are not relayed)."""
-        if not self.interest.pieces:
+        if not self.watching:
             async for chunk in chunks:
                 yield chunk
             return
@@ -373,7 +389,7 @@ class A2aExchange:
         if key is None and streamed:
             key = f"a2a stream#{call.stream}"
         real = piece.obj
-        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": piece.obj}, call)
+        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": piece.obj}, call)
         fired = self._decide(view, key)
         changed = False
         for one in fired:
@@ -409,10 +425,10 @@ class A2aExchange:
         texts = [wire.part_text(holder[i]) for holder, i in parts]
         content = [{"type": "text", "text": text} for text in texts]
         name = call.skill or call.agent or "a2a"
-        request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+        request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": "tools/call",
                                                   "params": {"name": name, "arguments": {}}}, call)
-        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": 0, "result": {"content": content}},
-                               call, request=request)
+        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id,
+                                                "result": {"content": content}}, call, request=request)
         before = view.rpc
         fired = self._decide(view, key_of("a2a texts", key or "", orjson.dumps(texts)))
         after = (view.rpc or {}).get("result") if view.rpc is not before else None
@@ -444,7 +460,8 @@ class A2aExchange:
         msg = Message(base.transport, phase, session=base.session, http_method=base.http_method, path=base.path,
                       headers=base.headers, route=base.route, request=request)
         if phase is Phase.RESPONSE and request is None:  # the A2A request it answers, in its JSON-RPC form
-            msg.request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": 0, "method": call.method}, call)
+            msg.request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": call.method},
+                                          call)
         msg.a2a = call
         msg.trace = base.trace
         msg.replace(rpc)

@@ -1,0 +1,42 @@
+"""The task of both example delegating agents, as a scripted policy (no LLM): ask the remote agent at
+CHAOSPROXY_URL (an A2A agent, its card at /.well-known/agent-card.json) for a trip plan and check it.
+
+The agents differ only in how they deal with the remote agent: one trusts it, one does not. Both use
+the a2a-sdk client (`pip install "a2a-sdk[http-server]"`; the test extra has it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, Task
+
+QUESTION = "Plan two days in Paris"
+ANSWER = "Paris"  # what the plan must mention
+CLARIFY = "Paris, France: two days, this weekend."  # the careful agent's answer when asked for more input
+
+
+def agent_url() -> str:
+    return os.environ["CHAOSPROXY_URL"]
+
+
+def request(text: str, task_id: str | None = None) -> SendMessageRequest:
+    message = Message(role=Role.ROLE_USER, message_id=os.urandom(8).hex(), parts=[Part(text=text)])
+    if task_id:
+        message.task_id = task_id
+    return SendMessageRequest(message=message)
+
+
+def plan_of(task: Task) -> str:
+    return " ".join(part.text for artifact in task.artifacts for part in artifact.parts)
+
+
+def done(task: Task) -> int:
+    """The agent's exit status for the task as it ended: 0 when it holds a plan that answers the question."""
+    plan = plan_of(task)
+    if ANSWER in plan:
+        print(f"plan: {plan}")
+        return 0
+    print(f"no usable plan (task state {task.status.state}): {plan!r:.200}", file=sys.stderr)
+    return 1
