@@ -353,8 +353,8 @@ class ControlServer:
         scopes, name = self._scopes_of(request), request.match_info["scope"]
         if scopes is None or not await scopes.delete(name):
             return _error(404, f"no scope named {name!r}")
-        self.engine.log.control(change="scope deleted", scope=name, **{
-            key: value for key, value in request.match_info.items() if key == "proxy"})
+        proxy = {"proxy": request.match_info["proxy"]} if "proxy" in request.match_info else {}
+        self.engine.log.control(change="scope deleted", scope=name, **proxy)
         return web.Response(status=204)
 
     async def _list_proxies(self, _: web.Request) -> web.Response:
@@ -363,7 +363,7 @@ class ControlServer:
     async def _create_proxy(self, request: web.Request) -> web.Response:
         """POST /proxies {name, upstream or routes, listen, scenario (YAML text or a mapping), seed, enabled,
         scope_header}: 201 and the proxy."""
-        body = await _json_body(request)
+        body = await read_json(request)
         scenario = None
         if (given := body.get("scenario")) is not None:
             text = given if isinstance(given, str) else orjson.dumps(given).decode()
@@ -387,7 +387,7 @@ class ControlServer:
 
     async def _change_proxy(self, request: web.Request) -> web.Response:
         """PATCH /proxies/{name} {enabled, listen, upstream}: what is given changes."""
-        body = await _json_body(request)
+        body = await read_json(request)
         proxy = self.proxies.get(request.match_info["proxy"])
         await proxy.change(listen=body.get("listen"), upstream=body.get("upstream"), enabled=body.get("enabled"))
         return _json(proxy.as_json())
@@ -608,14 +608,15 @@ async def _refusals(request: web.Request,
         return _error(400, str(exc))
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
-    """A request's JSON object (ProxyError 400 when it is not one)."""
+async def read_json(request: web.Request, kind: type = dict) -> Any:
+    """A request's JSON (whatever its Content-Type: Toxiproxy's Go client says text/plain), an object or
+    (`kind` list) an array; ProxyError 400 when it is not one."""
     try:
         body = orjson.loads(await request.read())
     except orjson.JSONDecodeError as exc:
         raise ProxyError(f"bad request body: {exc}") from None
-    if not isinstance(body, dict):
-        raise ProxyError("bad request body: expected a JSON object")
+    if not isinstance(body, kind):
+        raise ProxyError(f"bad request body: expected a JSON {'object' if kind is dict else 'array'}")
     return body
 
 

@@ -35,14 +35,12 @@ class Target:
         self.engine.reset()
 
 
-def find_target(match: Mapping[str, str], engine: Engine, scopes: Scopes | None, proxies: ProxyRegistry | None,
-                *, create: bool = False) -> Target:
+def find_target(match: Mapping[str, str], engine: Engine, scopes: Scopes | None, proxies: ProxyRegistry, *,
+                create: bool = False) -> Target:
     """The target a request's path names (`match`: its `proxy` and `scope`), the run's by default;
     `create`: a scope that does not exist yet is made by `put` (PUT /scopes/NAME/scenario)."""
     marks: dict[str, str] = {}
     if (name := match.get("proxy")) is not None:
-        if proxies is None:
-            raise TargetError("this proxy makes no proxies on demand")
         try:
             managed = proxies.get(name)
         except ProxyError as exc:

@@ -27,9 +27,9 @@ import orjson
 from aiohttp import web
 
 from chaosproxy import __version__
-from chaosproxy.control.api import ControlConfigError, ControlServer, is_loopback, serve_control
+from chaosproxy.control.api import ControlConfigError, ControlServer, is_loopback, read_json, serve_control
 from chaosproxy.control.proxies import ManagedProxy, ProxyError, ProxyRegistry
-from chaosproxy.control.toxics import STREAMS, ToxicError, changed, new_toxic
+from chaosproxy.control.toxics import STREAMS, Toxic, ToxicError, changed, new_toxic
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.sessions import SCOPE_HEADER
 from chaosproxy.telemetry.log import ops
@@ -82,7 +82,7 @@ class ToxiproxyApi:
         return _json({name: _proxy_json(proxy) for name, proxy in self.proxies.proxies.items()})
 
     async def _create(self, request: web.Request) -> web.Response:
-        body = await _body(request, dict)
+        body = await read_json(request)
         proxy = await self._make(body)
         return _json(_proxy_json(proxy), 201)
 
@@ -98,7 +98,7 @@ class ToxiproxyApi:
         asked; all checked before any is made, as Toxiproxy does."""
         made: list[ManagedProxy] = []
         try:
-            wanted = await _body(request, list)
+            wanted = await read_json(request, list)
             for index, body in enumerate(wanted, 1):
                 _check_required(body, f" at proxy {index}")
             for body in wanted:
@@ -122,7 +122,7 @@ class ToxiproxyApi:
     async def _update(self, request: web.Request) -> web.Response:
         """POST /proxies/{proxy}: listen, upstream and enabled, each as it was when left out."""
         proxy = self._proxy(request)
-        body = await _body(request, dict)
+        body = await read_json(request)
         enabled = body.get("enabled", proxy.enabled)
         if not isinstance(enabled, bool):
             raise ProxyError("bad request body: enabled is true or false")
@@ -141,7 +141,7 @@ class ToxiproxyApi:
 
     async def _add_toxic(self, request: web.Request) -> web.Response:
         proxy = self._proxy(request)
-        toxic = new_toxic(await _body(request, dict))
+        toxic = new_toxic(await read_json(request))
         if toxic.name in proxy.toxics:
             raise ToxicError("toxic already exists", 409)
         proxy.load(toxics={**proxy.toxics, toxic.name: toxic})
@@ -154,7 +154,7 @@ class ToxiproxyApi:
 
     async def _update_toxic(self, request: web.Request) -> web.Response:
         proxy, toxic = self._toxic(request)
-        toxic = changed(toxic, await _body(request, dict))
+        toxic = changed(toxic, await read_json(request))
         proxy.load(toxics={**proxy.toxics, toxic.name: toxic})
         proxy.engine.log.control(change="toxic updated", toxic=toxic.name, toxicity=toxic.toxicity,
                                  attributes=toxic.attributes)
@@ -180,7 +180,7 @@ class ToxiproxyApi:
     def _proxy(self, request: web.Request) -> ManagedProxy:
         return self.proxies.get(request.match_info["proxy"])
 
-    def _toxic(self, request: web.Request) -> tuple[ManagedProxy, Any]:
+    def _toxic(self, request: web.Request) -> tuple[ManagedProxy, Toxic]:
         proxy = self._proxy(request)
         toxic = proxy.toxics.get(request.match_info["toxic"])
         if toxic is None:
@@ -212,17 +212,6 @@ def _text(body: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise ProxyError(f"bad request body: {key} is a string")
     return value
-
-
-async def _body(request: web.Request, kind: type) -> Any:
-    """The request's JSON (whatever its Content-Type: Toxiproxy's Go client says text/plain), of `kind`."""
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError as exc:
-        raise ProxyError(f"bad request body: {exc}") from None
-    if not isinstance(body, kind):
-        raise ProxyError(f"bad request body: expected a JSON {'object' if kind is dict else 'array'}")
-    return body
 
 
 @web.middleware
