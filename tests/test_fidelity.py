@@ -40,6 +40,7 @@ ON_LISTINGS: dict[str, list[dict[str, Any]]] = {
     "misleading_description": [{"claim": "latency", "distractor": "suffix"}],
     "paraphrase_description": [{}],
     "poison_description": [{}],
+    "cache_scope_flip": [{}],  # (the listing's cacheScope: the tools themselves are as listed)
 }
 CALLS = [("ticket", {"n": 1}), ("tickets", {"query": "printer", "limit": 3}), ("summary", {"topic": "it"}),
          ("broken_ticket", {}), ("ticket", {"n": 2}), ("tickets", {"query": "vpn", "limit": 2})]
