@@ -249,7 +249,7 @@ def test_toxicity_is_the_probability_and_updates_change_it(web):
     api, url = web
     _toxic(api, {"name": "never", "type": "reset_peer", "toxicity": 0})
     assert _get(url + "/health")[0] == 200
-    status, toxic = _call(api, "POST", "/proxies/web/toxics/never", {"toxicity": 1})
+    status, toxic = _call(api, "PATCH", "/proxies/web/toxics/never", {"toxicity": 1})
     assert status == 200 and toxic["toxicity"] == 1 and toxic["attributes"] == {"timeout": 0}
     assert _get(url + "/health")[0] != 200
 

@@ -4,7 +4,8 @@ against Toxiproxy (its Go and Node clients, Testcontainers modules) drive chaosp
   GET /proxies, POST /proxies, POST /populate, GET|POST|DELETE /proxies/{proxy},
   GET|POST /proxies/{proxy}/toxics, GET|POST|DELETE /proxies/{proxy}/toxics/{toxic}, POST /reset, GET /version
 
-with Toxiproxy 2.3's JSON shapes and status codes. A proxy is a chaosproxy listener (an HTTP reverse
+with Toxiproxy 2.3's JSON shapes and status codes (updates by PATCH too, as later 2.x releases take them;
+/version is 2.3's plain text). A proxy is a chaosproxy listener (an HTTP reverse
 proxy: its upstream HOST:PORT is http://HOST:PORT); `enabled: false` closes it and its connections. A
 toxic is a rule on it (control/toxics.py). `chaosproxy toxiproxy --listen 127.0.0.1:8474` serves this API
 alone; `chaosproxy run --toxiproxy-api ADDR` beside a proxy, sharing its proxies with `--control`'s.
@@ -56,11 +57,13 @@ class ToxiproxyApi:
         app.router.add_post("/populate", self._populate)
         app.router.add_get("/proxies/{proxy}", self._show)
         app.router.add_post("/proxies/{proxy}", self._update)
+        app.router.add_patch("/proxies/{proxy}", self._update)  # (as later 2.x releases take it too)
         app.router.add_delete("/proxies/{proxy}", self._delete)
         app.router.add_get("/proxies/{proxy}/toxics", self._toxics)
         app.router.add_post("/proxies/{proxy}/toxics", self._add_toxic)
         app.router.add_get("/proxies/{proxy}/toxics/{toxic}", self._show_toxic)
         app.router.add_post("/proxies/{proxy}/toxics/{toxic}", self._update_toxic)
+        app.router.add_patch("/proxies/{proxy}/toxics/{toxic}", self._update_toxic)
         app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", self._delete_toxic)
         app.router.add_get("/version", self._version)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1)
