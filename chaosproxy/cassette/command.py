@@ -29,6 +29,7 @@ from chaosproxy.cassette.format import Cassette, CassetteError, CassetteWriter, 
 from chaosproxy.cassette.reading import read_cassette
 from chaosproxy.cassette.recorder import HttpRecorder, StdioRecorder
 from chaosproxy.cassette.redact import Redactor, redacted_command
+from chaosproxy.cassette.replay import ReplayServer
 from chaosproxy.telemetry.log import ops
 
 EXIT_DRIFT = 1
@@ -82,29 +83,29 @@ class ReplayedUpstream:
     process and loop, as the proxy's upstream; scenarios apply to its traffic as to a live upstream's."""
 
     def __init__(self, source: Path) -> None:
-        from chaosproxy.cassette.replay import ReplayServer
-
         cassette = _http_cassette(read_cassette(source))
         self.server = ReplayServer(cassette)
         self.url = f"http://127.0.0.1:{self.server.bind()}"
 
-    def fronted(self, make_proxy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def fronted(self, make_proxy: Callable[[Any], Any]) -> Callable[[Any], _Fronted]:
         """`make_proxy` (engine -> proxy) made to start and stop the replay with the proxy."""
-        server = self.server
+        return lambda engine: _Fronted(self.server, make_proxy(engine))
 
-        class Fronted:
-            def __init__(self, engine: Any) -> None:
-                self.proxy = make_proxy(engine)
 
-            async def start(self, host: str, port: int) -> int:
-                await server.start()
-                return int(await self.proxy.start(host, port))
+class _Fronted:
+    """A proxy and the replayed upstream it fronts, started and stopped together."""
 
-            async def stop(self) -> None:
-                await self.proxy.stop()
-                await server.stop()
+    def __init__(self, server: ReplayServer, proxy: Any) -> None:
+        self.server = server
+        self.proxy = proxy
 
-        return Fronted
+    async def start(self, host: str, port: int) -> int:
+        await self.server.start()
+        return int(await self.proxy.start(host, port))
+
+    async def stop(self) -> None:
+        await self.proxy.stop()
+        await self.server.stop()
 
 
 def _http_cassette(cassette: Cassette) -> Cassette:
@@ -157,7 +158,6 @@ def replay_main(args: argparse.Namespace) -> int:
 
 
 async def _serve_http(cassette: Cassette, listen: tuple[str, int], speed: float | None) -> int:
-    from chaosproxy.cassette.replay import ReplayServer
     from chaosproxy.control.runtime import wait_for_stop_signal
 
     server = ReplayServer(cassette, speed=speed)
