@@ -279,3 +279,30 @@ def test_what_an_http_proxy_cannot_do_is_refused_or_said(web):
     status, _, seconds = _get(url + "/health")
     assert status == 200 and seconds < 0.5
     assert [toxic["name"] for toxic in _call(api, "GET", "/proxies/web/toxics")[1]] == ["close"]
+
+
+def test_run_serves_the_toxiproxy_api_beside_its_control_api(upstream: str, tmp_path: Path):
+    """`run --toxiproxy-api`: a proxy made through Toxiproxy's API is one of the control API's, its calls
+    and toxics' faults in the journal."""
+    port, control, toxiproxy = free_port(), free_port(), free_port()
+    with (tmp_path / "run.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chaosproxy", "run", "--upstream", upstream, "--listen", f"127.0.0.1:{port}",
+             "--control", f"127.0.0.1:{control}", "--toxiproxy-api", f"127.0.0.1:{toxiproxy}",
+             "--log", str(tmp_path / "run.jsonl")], stdout=err, stderr=err, start_new_session=True)
+    try:
+        wait_listening(toxiproxy, proc)
+        api = f"127.0.0.1:{toxiproxy}"
+        _, made = _call(api, "POST", "/proxies", {"name": "web", "listen": "127.0.0.1:0",
+                                                  "upstream": _upstream_address(upstream)})
+        _call(api, "POST", "/proxies/web/toxics", {"name": "down", "type": "chaosproxy.http_error",
+                                                   "attributes": {"status": 502}})
+        assert _get(f"http://{made['listen']}/health")[0] == 502
+        _, listed = _call(f"127.0.0.1:{control}", "GET", "/proxies")
+        assert [(proxy["name"], proxy["toxics"]) for proxy in listed["proxies"]] == [("web", ["down"])]
+        _, journal = _call(f"127.0.0.1:{control}", "GET", "/journal?proxy=web&rule=down")
+        assert [(line["event"], line.get("status")) for line in journal["lines"]] == [("fault", None),
+                                                                                    ("call", 502)]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
