@@ -8,6 +8,7 @@ meet the same faults sample by sample.
 
   python examples/inspect_benchmark.py                       # both policies, MCP over HTTP
   python examples/inspect_benchmark.py --transport stdio --epochs 2 --samples 6
+  python examples/inspect_benchmark.py --suite scenarios/suites/transient.yaml   # faults a retry rides out
   python examples/inspect_benchmark.py --model openai/gpt-4o-mini   # a real model (needs its API key)
 
 Each eval's log is imported as a drill folder (OUT/<policy>), so `chaosproxy report OUT/naive` and
@@ -28,8 +29,16 @@ from typing import Any
 
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
-from inspect_ai.model import ChatMessage, ChatMessageTool, ChatMessageUser, GenerateConfig, Model, ModelOutput, \
-    ModelUsage, get_model
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageTool,
+    ChatMessageUser,
+    GenerateConfig,
+    Model,
+    ModelOutput,
+    ModelUsage,
+    get_model,
+)
 from inspect_ai.scorer import includes
 from inspect_ai.solver import generate, system_message, use_tools
 from inspect_ai.tool import ToolInfo
@@ -160,6 +169,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=len(PROBLEMS))
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--suite", type=Path, default=SUITE, help="the suite drawn from (default RobustBench-TC)")
     parser.add_argument("--model", help="a real model instead of the scripted policies (e.g. openai/gpt-4o-mini)")
     parser.add_argument("--out", type=Path, default=Path("inspect-benchmark"))
     args = parser.parse_args()
@@ -170,7 +180,7 @@ def main() -> int:
     try:
         models = {args.model: get_model(args.model)} if args.model else {name: policy_model(name) for name in POLICIES}
         for name, model in models.items():
-            plan = ChaosPlan(suite=SUITE, baseline=0.2, seed=args.seed, log_dir=args.out / "proxy-logs" / name)
+            plan = ChaosPlan(suite=args.suite, baseline=0.2, seed=args.seed, log_dir=args.out / "proxy-logs" / name)
             [log] = eval(benchmark_task(plan, url=url, samples=args.samples, epochs=args.epochs), model=model,
                          log_dir=str(args.out / "inspect-logs"), display="none", max_samples=8)
             folders[name.replace("/", "-")] = args.out / name.replace("/", "-")
