@@ -263,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             from chaosproxy.demo import run_demo
             return run_demo(args.log)
         case "drill":
+            return drill_command.main(args)
         case "toxiproxy":
             from chaosproxy.control.toxiproxy import main as toxiproxy_main
             return toxiproxy_main(args)
-            return drill_command.main(args)
         case "merge":
             return drill_command.merge_main(args)
         case "report":
