@@ -330,14 +330,14 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
             async def serve() -> None:
                 async with _controlled(engine, args) as control:
                     proxy = make_proxy(engine)
+                    if control is not None:
+                        control.attach(proxy)  # its scopes
                     try:
                         bound = await proxy.start(host, port)
                         ops.info("%s (seed %d, %d rules, %s open files)", describe(host, bound), engine.seed,
                                  len(engine.scenario.rules), open_files or "unlimited")
                         settle_heap()
                         await wait_for_stop_signal()
-                    if control is not None:
-                        control.attach(proxy)  # its scopes
                     finally:
                         ops.info("stopping")
                         await proxy.stop()
