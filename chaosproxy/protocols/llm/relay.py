@@ -466,8 +466,10 @@ class LlmExchange:
     def edit_call(self, call: ToolCall) -> ToolCall:
         """A tool call the model made, as the agent gets it: routes undone, tool-call faults applied."""
         content_type = {"Content-Type": "text/event-stream" if self.request.stream else "application/json"}
-        # the request's headers stay readable under it: a rule may match the agent's (X-Chaosproxy-Agent)
-        message = view.tool_call(self.msg, call, headers=ChainMap(content_type, self.msg.headers))
+        # the request's headers stay readable under it: a rule may match the agent's (X-Chaosproxy-Agent);
+        # a ChainMap writes only to its first map, so the request's read-only headers are safe
+        headers = ChainMap(content_type, self.msg.headers)  # type: ignore[arg-type]
+        message = view.tool_call(self.msg, call, headers=headers)
         before = message.rpc
         fired = self._decide(message, key_of("call", call.name, call.arguments))
         params = (message.rpc or {}).get("params") or {}
