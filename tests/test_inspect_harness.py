@@ -238,8 +238,9 @@ def test_shards_of_an_eval_merge_into_the_whole(mcp_url, tool_503, tmp_path):
         shards.append(str(tmp_path / f"d{index}"))
     assert cli(["merge", *shards, "--out", str(tmp_path / "merged")]) == 0
     assert cli(["import-inspect", whole.location, "--out", str(tmp_path / "all")]) == 0
-    runs = [[(r["run"], r["label"], r["status"], r["faults"]) for r in map(json.loads, (tmp_path / name / "results.jsonl")
-             .read_text().splitlines())] for name in ("merged", "all")]
+    runs = [[(r["run"], r["label"], r["status"], r["faults"])
+             for r in map(json.loads, (tmp_path / name / "results.jsonl").read_text().splitlines())]
+            for name in ("merged", "all")]
     assert sorted(runs[0]) == sorted(runs[1])
 
 

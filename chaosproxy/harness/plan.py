@@ -46,7 +46,7 @@ class Draw:
     scenario_dir: str | None = None  # where files the scenario names lie
 
     def scenario(self) -> Scenario:
-        files = ScenarioFiles.under([self.scenario_dir]) if self.scenario_dir else None
+        files = ScenarioFiles.under([Path(self.scenario_dir)]) if self.scenario_dir else None
         return parse_scenario(self.scenario_text, f"<{self.label}>", files)
 
     def rules(self) -> list[dict[str, Any]]:

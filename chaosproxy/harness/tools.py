@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from inspect_ai.log import transcript
 from inspect_ai.tool import Tool, ToolDef
@@ -25,6 +25,7 @@ from inspect_ai.tool._mcp._local import (
 )
 from inspect_ai.tool._mcp._types import MCPServer
 from mcp.client.stdio import StdioServerParameters
+from pydantic import JsonValue
 
 from chaosproxy.harness.sample import SampleChaos, current_sample
 
@@ -75,7 +76,7 @@ def _reporting(tool: Tool, chaos: SampleChaos) -> Tool:
             return await definition.tool(**arguments)
         finally:
             if faults := chaos.faults_for(definition.name):
-                transcript().info({"tool": definition.name, "faults": faults}, source="chaosproxy")
+                transcript().info(cast(JsonValue, {"tool": definition.name, "faults": faults}), source="chaosproxy")
 
     return ToolDef(execute, name=definition.name, description=definition.description,
                    parameters=definition.parameters, parallel=definition.parallel, viewer=definition.viewer,
