@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="also serve chaosproxy's control API (journal, scopes, scenarios) here")
     toxiproxy.add_argument("--control-token", metavar="TOKEN", help="the control API's bearer token")
     demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
+    demo.add_argument("--a2a", action="store_true", help="the A2A act instead: an agent delegating to a remote "
+                                                         "agent whose card drifts, whose streams drop, which asks "
+                                                         "again, goes silent and fails")
 
     drill_command.add_arguments(sub.add_parser(
         "drill", help="run an agent against the proxy over scenarios x repetitions, clean baselines included",
@@ -259,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             from chaosproxy.engine.editor_schema import scenario_schema
             print(json.dumps(scenario_schema(suite=args.suite), indent=2))
             return 0
+        case "demo" if args.a2a:
+            from chaosproxy.demo.a2a_story import run_a2a_demo
+            return run_a2a_demo(args.log)
         case "demo":
             from chaosproxy.demo import run_demo
             return run_demo(args.log)

@@ -117,11 +117,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
             await response.write(b"data: " + body + b"\r\n\r\n")
         await response.write_eof()
         return response
-    task = agent.tasks.get(params.get("id", ""))
-    if method in ("GetTask", "CancelTask") and task is None:
+    known = agent.tasks.get(params.get("id", ""))
+    if method in ("GetTask", "CancelTask") and known is None:
         return reply(error=(-32001, "Task not found"))
     if method == "GetTask":
-        return reply(task)
+        return reply(known)
     if method == "CancelTask":
         return reply(error=(-32002, "Task cannot be canceled: it is in a terminal state"))
     return reply(error=(-32601, f"Method not found: {method}"))
