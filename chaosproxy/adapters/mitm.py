@@ -47,11 +47,13 @@ from chaosproxy.protocols import streams
 from chaosproxy.protocols.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.protocols.llm.stream import Editor
 from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.log_schema import Outcome, StreamEnd
 
 TRANSPORT = "mitm"
 DEFAULT_CONFDIR = Path("~/.mitmproxy")
 CA_CERT = "mitmproxy-ca-cert.pem"  # what the agent trusts (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS)
 _KEY = "chaosproxy"  # our state in flow.metadata
+_CLOSING = (StreamEnd.CLOSE, StreamEnd.RESET, StreamEnd.EOF)  # endings that end the body by closing the connection
 # The agent already talks to the real origin, so a legacy `endpoint` event needs no rewrite: the relay is
 # given an origin no endpoint names.
 _NO_UPSTREAM = URL("http://chaosproxy.invalid")
@@ -266,7 +268,7 @@ class ChaosAddon:
         assert response is not None
         if response.stream and state.read_whole:  # a chunked body past RULE_BODY_LIMIT: mitmproxy streamed it
             self._undecided(state, "response")
-        elif not response.stream and state.outcome != "fault_response":
+        elif not response.stream and state.outcome != Outcome.FAULT_RESPONSE:
             body = response.raw_content or b""
             if state.read_whole:
                 body = self._relay_body(body, state, response.headers)
@@ -280,11 +282,11 @@ class ChaosAddon:
         state: _Flow | None = flow.metadata.get(_KEY)
         if state is None or flow.error is None:
             return
-        if state.outcome == "ok" and not state.cut:
+        if state.outcome == Outcome.OK and not state.cut:
             if "disconnect" in flow.error.msg.lower():
-                state.outcome = "client_disconnected"
+                state.outcome = Outcome.CLIENT_DISCONNECTED
             else:
-                state.outcome, state.status = "upstream_error", 502
+                state.outcome, state.status = Outcome.UPSTREAM_ERROR, 502
                 ops.warning("upstream %s failed for %s %s: %s", state.msg.route, state.msg.http_method,
                             state.msg.path, flow.error.msg)
         self._log(state)
@@ -318,22 +320,22 @@ class ChaosAddon:
                     case Delay(seconds):
                         await asyncio.sleep(seconds)
                     case Respond() as respond:
-                        state.outcome = "fault_response"
+                        state.outcome = Outcome.FAULT_RESPONSE
                         self._respond(flow, respond, state)
                         return
                     case Reply(message, delay):
-                        state.outcome = "fault_response"
+                        state.outcome = Outcome.FAULT_RESPONSE
                         await asyncio.sleep(delay)
                         self._respond(flow, self.relay.reply(msg, message), state)
                         return
                     case Hang(release_after):
-                        state.outcome = "hang"
+                        state.outcome = Outcome.HANG
                         if await self._until_gone(flow, release_after):
                             flow.kill()
                             return
-                        state.outcome = "ok"
+                        state.outcome = Outcome.OK
                     case Reset(delay=delay):
-                        state.outcome = "reset"
+                        state.outcome = Outcome.RESET
                         if delay and await self._until_gone(flow, delay):
                             flow.kill()
                             return
@@ -369,7 +371,7 @@ class ChaosAddon:
 
     def _shaper(self, flow: http.HTTPFlow, state: _Flow, stages: list[_Stage],
                 actions: list[Drip | Truncate | Reset | CutStream], length: int | None) -> _Shaper:
-        ending: str | None = None
+        ending: StreamEnd | None = None
         pace: float | None = None
         for action in actions:
             match action:
@@ -378,19 +380,19 @@ class ChaosAddon:
                     pace = delay
                 case Truncate(limit, fraction):
                     stages.append(_Limit(limit) if limit is not None else _Fraction(fraction or 0.0, length))
-                    ending = "close"
+                    ending = StreamEnd.CLOSE
                 case Reset(after_bytes):
                     stages.append(_Limit(after_bytes or 0))
-                    ending = "reset"
+                    ending = StreamEnd.RESET
                 case CutStream(after_events, idle):
                     stages.append(_Events(after_events))
-                    ending = "idle" if idle else "eof"
-        if ending == "eof":  # end the body by closing the connection, as a server ending its stream does
+                    ending = StreamEnd.IDLE if idle else StreamEnd.EOF
+        if ending == StreamEnd.EOF:  # end the body by closing the connection, as a server ending its stream does
             headers = flow.response.headers  # type: ignore[union-attr]
             headers.pop("content-length", None)
             headers.pop("transfer-encoding", None)
             headers["connection"] = "close"
-        wire = self._wire(flow) if ending in ("close", "reset", "eof") or pace is not None else None
+        wire = self._wire(flow) if ending in _CLOSING or pace is not None else None
         return _Shaper(state, stages, ending, wire, pace)
 
     def _decide(self, msg: Message, state: _Flow, *, messages: bool = True) -> list[Fired]:
@@ -473,7 +475,7 @@ class _Shaper:
     chunked terminator) can follow them.
     """
 
-    def __init__(self, state: _Flow, stages: list[_Stage], ending: str | None, wire: _Wire | None,
+    def __init__(self, state: _Flow, stages: list[_Stage], ending: StreamEnd | None, wire: _Wire | None,
                  pace: float | None) -> None:
         self.state = state
         self.stages = stages
@@ -508,21 +510,21 @@ class _Shaper:
         wire = self.wire
         if wire is not None:
             wire.unpace()
-            self.state.cut = self.ending in ("close", "reset", "eof")
+            self.state.cut = self.ending in _CLOSING
         match self.ending:
-            case "close" | "reset" | "eof" if wire is None:
+            case StreamEnd.CLOSE | StreamEnd.RESET | StreamEnd.EOF if wire is None:
                 pass  # _Wire.of said why; the body just ends here
-            case "close":
-                self.state.outcome = "truncated"
+            case StreamEnd.CLOSE:
+                self.state.outcome = Outcome.TRUNCATED
                 wire.close()  # type: ignore[union-attr]
-            case "reset":
-                self.state.outcome = "reset"
+            case StreamEnd.RESET:
+                self.state.outcome = Outcome.RESET
                 wire.reset()  # type: ignore[union-attr]
-            case "eof":
-                self.state.outcome = "stream_cut"
+            case StreamEnd.EOF:
+                self.state.outcome = Outcome.STREAM_CUT
                 wire.close()  # type: ignore[union-attr]
-            case "idle":
-                self.state.outcome = "stream_idle"
+            case StreamEnd.IDLE:
+                self.state.outcome = Outcome.STREAM_IDLE
                 self.state.hold = True  # the response hook waits, so the end of the body is never sent
 
 

@@ -42,6 +42,7 @@ from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols.mcp import error_reply
 from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.log_schema import Outcome
 
 TRANSPORT = "stdio"
 SESSION = "stdio"  # one agent per relay process; a constant keeps seeded decisions reproducible
@@ -334,7 +335,7 @@ class StdioRelay:
                 await asyncio.to_thread(out_copier.join, DRAIN_GRACE)
             await asyncio.to_thread(self.server.release)
             for call in list(self._pending.values()):
-                self._finish(call, "unanswered")
+                self._finish(call, Outcome.UNANSWERED)
             self.engine.end_session(self.session)  # one agent per relay: its session ends with it
         status = exit_status(self.server.returncode)
         if status:
@@ -489,44 +490,44 @@ class StdioRelay:
         payload = msg.body + newline  # as it came, or as a Rewrite left it
         drip: Drip | None = None
         cut: int | None = None
-        outcome = "ok"
+        outcome = Outcome.OK
         for action in actions:
             match action:
                 case Delay(seconds):
                     await wait(seconds)
                 case Hang(release_after=seconds):
                     if seconds is None:
-                        return self._finish(call, "hang")
+                        return self._finish(call, Outcome.HANG)
                     await wait(seconds)
                 case Reply(message, delay):
                     await wait(delay)
                     await self._to_agent.send(orjson.dumps(message) + b"\n")
-                    return self._finish(call, "fault_response")
+                    return self._finish(call, Outcome.FAULT_RESPONSE)
                 case Respond(status, body):
                     if (answer := _http_error(msg, status, body)) is not None:
                         await self._to_agent.send(answer)
-                    return self._finish(call, "fault_response")
+                    return self._finish(call, Outcome.FAULT_RESPONSE)
                 case Garble(raw):  # the raw bytes take the line's place; its newline still ends them
                     payload = raw + newline
                 case Drop():  # nothing takes its place (the notifications a fault sent before it went)
-                    return self._finish(call, "dropped")
+                    return self._finish(call, Outcome.DROPPED)
                 case Notify(message):
                     await pipe.send(orjson.dumps(message) + b"\n")
                 case Drip():
                     drip = action
                 case Truncate(limit, fraction):
                     cut = limit if limit is not None else int(len(payload) * (fraction or 0))
-                    outcome = "truncated"
+                    outcome = Outcome.TRUNCATED
                 case Reset(after_bytes, delay):
                     await wait(delay)
-                    cut, outcome = after_bytes or 0, "reset"
+                    cut, outcome = after_bytes or 0, Outcome.RESET
                 # CutStream has no stream to cut on stdio; Rewrite is already in msg.body
         await pipe.send(payload[:cut], drip)
-        if outcome == "truncated":
+        if outcome == Outcome.TRUNCATED:
             pipe.close()
-        elif outcome == "reset":
+        elif outcome == Outcome.RESET:
             self._crash()
-        if msg.phase is Phase.RESPONSE or outcome != "ok":
+        if msg.phase is Phase.RESPONSE or outcome != Outcome.OK:
             self._finish(call, outcome, reply=msg.rpc if msg.phase is Phase.RESPONSE else None)
 
     def _crash(self) -> None:
@@ -535,7 +536,7 @@ class StdioRelay:
         self._to_agent.close()
         self._crashed.set()
 
-    def _finish(self, call: _Call | None, outcome: str = "ok", reply: dict[str, Any] | None = None) -> None:
+    def _finish(self, call: _Call | None, outcome: Outcome = Outcome.OK, reply: dict[str, Any] | None = None) -> None:
         """The call's exchange is over (answered, or ended by a fault): write its call log line."""
         if call is None:
             return

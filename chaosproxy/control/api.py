@@ -71,6 +71,7 @@ from chaosproxy.engine.scenario import Scenario, ScenarioError, keep_routes, off
 from chaosproxy.engine.sessions import SCOPE_HEADER
 from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
 from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.log_schema import Event
 from chaosproxy.telemetry.metrics import LogMetrics
 
 EVENT_QUEUE_SIZE = 1000
@@ -484,7 +485,7 @@ class ControlServer:
 
     def _remember(self, fields: dict[str, Any]) -> None:
         """A log listener: keep the last fault lines for consoles that open later."""
-        if fields.get("event") == "fault":
+        if fields.get("event") == Event.FAULT:
             self._recent.append((time.time(), dict(fields)))
 
 
@@ -521,7 +522,7 @@ class _Subscriber:
             items.append(self.queue.get_nowait())
         lines = [_line(ts, fields) for ts, fields in items]
         if self.dropped > self._reported:
-            lines.append(_ndjson({"event": "dropped", "count": self.dropped - self._reported}))
+            lines.append(_ndjson({"event": Event.DROPPED, "count": self.dropped - self._reported}))
             self._reported = self.dropped
         return b"".join(lines)
 

@@ -21,6 +21,7 @@ from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control.runtime import open_engine, run_async
 from chaosproxy.demo import agents, llm_server, mcp_lite, tool_server
 from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.log_schema import Event
 
 ACTS = ("REST tool API", "MCP server", "model API")
 
@@ -52,7 +53,7 @@ async def _demo(engine: Any) -> tuple[dict[str, collections.Counter[str]], colle
     fired: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def show_fault(event: dict[str, Any]) -> None:
-        if event["event"] == "fault":
+        if event["event"] == Event.FAULT:
             fired[event["component"], event["fault"]] += 1
             where = event.get("tool") or event.get("api") or f"{event['http_method']} {event['path']}"
             print(f"      \u26a1 {event['rule']}: {event['fault']} ({event['component']}) on {where}", flush=True)

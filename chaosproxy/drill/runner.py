@@ -28,6 +28,7 @@ from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.report.logfile import read_events
+from chaosproxy.telemetry.log_schema import Event
 from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 
 PROXY_START_S = 20.0  # how long a proxy may take to start listening
@@ -257,7 +258,7 @@ class Run:
         faults: collections.Counter[str] = collections.Counter()
         components: collections.Counter[str] = collections.Counter()
         for event in read_events(log):
-            if event.get("event") == "fault":
+            if event.get("event") == Event.FAULT:
                 faults[event.get("fault", "?")] += 1
                 components[event.get("component", "?")] += 1
         result.faults, result.components = dict(sorted(faults.items())), dict(sorted(components.items()))

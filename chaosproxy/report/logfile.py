@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from chaosproxy.protocols import a2a
+from chaosproxy.telemetry.log_schema import INCOMPLETE, CallLine, Event, FaultLine, Line, Outcome
 
 # Actions that keep the real answer from the agent: it gets an error, a fake, a broken frame or nothing.
 # (A content fault's new body, `garble` at level content, is a perturbed answer, not a withheld one.)
@@ -30,8 +31,6 @@ DISRUPTIVE_ACTIONS = frozenset({"respond", "reply", "hang", "reset", "truncate",
 DISRUPTIVE_FAULTS = frozenset({"unknown_tool"})
 # Actions that hold a call up: a call that then failed (the agent gave up waiting) failed by the fault.
 DELAYING_ACTIONS = frozenset({"delay", "drip"})
-# Outcomes of calls the agent never got an answer to.
-INCOMPLETE_OUTCOMES = frozenset({"hang", "client_disconnected", "stream_idle"})
 TOOL, MODEL, PLUMBING = "tool", "model", "plumbing"  # what a call is (Call.kind)
 CLOCK_SLACK_S = 0.01  # a call's start is its end less its duration, measured on another clock
 
@@ -50,7 +49,7 @@ def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield event
 
 
-def _time(event: dict[str, Any]) -> float:
+def _time(event: Line) -> float:
     return datetime.fromisoformat(event["ts"]).timestamp()
 
 
@@ -71,7 +70,7 @@ class Fault:
     path: str | None = None
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> Fault:
+    def from_event(cls, event: FaultLine) -> Fault:
         return cls(_time(event), event.get("rule", "?"), event.get("fault", "?"), event.get("component", "?"),
                    event.get("level"), event.get("phase"), event.get("action"), event.get("tool"),
                    event.get("rpc_id"), event.get("params") or {}, event.get("effect") or {},
@@ -111,7 +110,7 @@ class Call:
     kind: str = TOOL  # tool, model or plumbing: set by read_sessions, which sees the whole run
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> Call:
+    def from_event(cls, event: CallLine) -> Call:
         return cls(_time(event), float(event.get("duration_ms") or 0), event.get("method"), event.get("tool"),
                    event.get("rpc_id"), event.get("http_method"), event.get("path"), event.get("status"),
                    event.get("outcome", "ok"), list(event.get("faults") or []), event.get("api"), event.get("model"),
@@ -135,12 +134,12 @@ class Call:
 
     @property
     def incomplete(self) -> bool:
-        return self.outcome in INCOMPLETE_OUTCOMES
+        return self.outcome in INCOMPLETE
 
     @property
     def failed(self) -> bool:
         """The agent got no good answer: an error status, a broken exchange, a stand-in, or nothing."""
-        return self.outcome != "ok" or (self.status is not None and self.status >= 400)
+        return self.outcome != Outcome.OK or (self.status is not None and self.status >= 400)
 
     @property
     def disrupted(self) -> bool:
@@ -207,17 +206,17 @@ def read_sessions(path: str | Path) -> list[Session]:
     pending: dict[tuple[str, str], list[Fault]] = {}
     for event in read_events(path):
         kind = event.get("event")
-        if kind not in ("fault", "call"):
+        if kind not in (Event.FAULT, Event.CALL):
             continue
         key = (str(event.get("run_id")), str(event.get("session")))
         session = sessions.get(key)
         if session is None:
             session = sessions[key] = Session(key[0], event.get("seed"), key[1], event.get("transport"))
         waiting = pending.setdefault(key, [])
-        if kind == "fault":
-            waiting.append(Fault.from_event(event))
+        if kind == Event.FAULT:
+            waiting.append(Fault.from_event(cast(FaultLine, event)))
             continue
-        call = Call.from_event(event)
+        call = Call.from_event(cast(CallLine, event))
         unclaimed: list[Fault] = []
         for fault in waiting:
             (call.faults if call.claims(fault) else unclaimed).append(fault)

@@ -28,6 +28,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from chaosproxy.telemetry.log_schema import SCHEMA_VERSION, Event
+
 ops = logging.getLogger("chaosproxy")
 
 CALL_FLUSH_S = 0.25  # a running proxy's batch: a tailed log lags by at most this
@@ -36,6 +38,8 @@ CALL_FLUSH_S = 0.25  # a running proxy's batch: a tailed log lags by at most thi
 # cold in the CPU's caches by the flush (~1.5 µs a call more, side by side at 20k calls a second).
 CALL_CHUNK = 64
 MAX_PENDING_BYTES = 64 << 20  # lines kept while the log cannot be written; the oldest go beyond this
+# makes a call line (a log_schema.CallLine, whose keys mypy checks where it is made) of (ts, run_id, seed, record)
+MakeLine = Callable[[str, str, int, Any], Any]
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # (a tab stays)
@@ -115,8 +119,11 @@ class _Clock:
         return "%s%06d+00:00" % (self._prefix, micros - second * 1_000_000)  # noqa: UP031 (%: 0.13 µs, f-string: 0.2)
 
 
+_CALL = Event.CALL  # a global costs a third of the enum's attribute (9 ns, 29 ns) on the hot path
+
+
 def _call_line(ts: str, run_id: str, seed: int, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, **fields}
+    return {"ts": ts, "event": _CALL, "run_id": run_id, "seed": seed, **fields}
 
 
 class PerturbationLog:
@@ -140,7 +147,7 @@ class PerturbationLog:
         self._pending = bytearray()
         # Call records of a batching log with no listener (time_ns, record, make: see write_call), made
         # lines CALL_CHUNK at a time, at a flush or before any other line. A deque: appended to without the lock.
-        self._calls: deque[tuple[int, Any, Callable[[str, str, int, Any], dict[str, Any]]]] = deque()
+        self._calls: deque[tuple[int, Any, MakeLine]] = deque()
         self._lock = threading.Lock()  # flush() may come from another thread (tests, EmbeddedProxy.log_lines)
         self._lost = 0  # lines dropped while the log could not be written
         self._failing = False
@@ -157,7 +164,7 @@ class PerturbationLog:
         """One proxied request, whatever befell it."""
         self.write_call(fields, _call_line)
 
-    def write_call(self, record: Any, make: Callable[[str, str, int, Any], dict[str, Any]]) -> None:
+    def write_call(self, record: Any, make: MakeLine) -> None:
         """A call line: `make(ts, run_id, seed, record)` makes it, those first. Called on the hot path,
         with `record` a tuple of the call's values: a batching log with no listener keeps it, and makes
         the lines of the records it keeps in one tight loop once there are CALL_CHUNK of them (or at the
@@ -178,30 +185,30 @@ class PerturbationLog:
 
     def session(self, **fields: Any) -> None:
         """A session's state was dropped (ended, idle, evicted) or a dropped session came back."""
-        self._write(self._line("session", fields))
+        self._write(self._line(Event.SESSION, fields))
         self._flush_if_due()
 
     def fault(self, **fields: Any) -> None:
-        self._write(self._line("fault", fields))
+        self._write(self._line(Event.FAULT, fields))
         self.flush()
 
     def skip(self, **fields: Any) -> None:
         """A rule matched but its fault could not act on the payload (and said why)."""
-        self._write(self._line("skip", fields))
+        self._write(self._line(Event.SKIP, fields))
         self.flush()
 
     def error(self, **fields: Any) -> None:
-        self._write(self._line("error", fields))
+        self._write(self._line(Event.ERROR, fields))
         self.flush()
 
     def control(self, **fields: Any) -> None:
         """A change made at runtime (scenario swap, rule patch, reset, reload), so the log tells all."""
-        self._write(self._line("control", fields))
+        self._write(self._line(Event.CONTROL, fields))
         self.flush()
 
     def run(self, **fields: Any) -> None:
-        """The first line of a run: what was loaded, with which seed."""
-        self._write(self._line("run", fields))
+        """The first line of a run: what was loaded, with which seed, and the log's schema version."""
+        self._write(self._line(Event.RUN, {"schema": SCHEMA_VERSION, **fields}))
         self.flush()
 
     def _line(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +316,7 @@ class MarkedLog(PerturbationLog):
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         return self.base.subscribe(listener)
 
-    def write_call(self, record: Any, make: Callable[[str, str, int, Any], dict[str, Any]]) -> None:
+    def write_call(self, record: Any, make: MakeLine) -> None:
         self.base.write_call(record, functools.partial(_marked_call, make, self.marks, self.seed))
 
     def _line(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -332,7 +339,7 @@ class MarkedLog(PerturbationLog):
         self.base.flush()
 
 
-def _marked_call(make: Callable[[str, str, int, Any], dict[str, Any]], marks: dict[str, str], seed: int,
+def _marked_call(make: MakeLine, marks: dict[str, str], seed: int,
                  ts: str, run_id: str, _: int, record: Any) -> dict[str, Any]:
     line = make(ts, run_id, seed, record)
     line.update(marks)

@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from chaosproxy.telemetry.log_schema import Event
+
 # From sub-millisecond passthrough to the multi-second hangs and timeouts that faults ask for.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -44,22 +46,22 @@ class LogMetrics:
     def observe(self, fields: dict[str, Any]) -> None:
         """A log listener: count one line."""
         match fields.get("event"):
-            case "fault":
+            case Event.FAULT:
                 labels = (str(fields.get("fault")), str(fields.get("component")), str(fields.get("rule")))
                 self.faults.labels(*labels).inc()
                 self._series.setdefault(labels[2], set()).add(labels)
-            case "call":
+            case Event.CALL:
                 transport = fields.get("transport") or ""
                 status = fields.get("status")
                 status_label = "" if status is None else str(status)
                 self.calls.labels(transport, status_label, fields.get("outcome")).inc()
                 if (duration_ms := fields.get("duration_ms")) is not None:
                     self.latency.labels(transport).observe(duration_ms / 1000)
-            case "error":
+            case Event.ERROR:
                 error_labels = (str(fields.get("fault")), str(fields.get("rule")))
                 self.errors.labels(*error_labels).inc()
                 self._series.setdefault(error_labels[1], set()).add(error_labels)
-            case "control" if isinstance(rules := fields.get("rules"), list):
+            case Event.CONTROL if isinstance(rules := fields.get("rules"), list):
                 self._forget_rules_but(set(rules))
 
     def _forget_rules_but(self, kept: set[str]) -> None:

@@ -55,6 +55,7 @@ from chaosproxy.engine.actions import (
 from chaosproxy.protocols import a2a
 from chaosproxy.protocols.llm import ANTHROPIC
 from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.log_schema import Outcome
 from chaosproxy.telemetry.redact import redacted_url
 
 if TYPE_CHECKING:
@@ -65,8 +66,8 @@ ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_
 META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests carry their version here
 # call outcomes that fail a call on their own: not "fault_response" (it may be a stub result), nor
 # "client_disconnected" (an agent may hang up on a stream once it has read its answer)
-FAILED_OUTCOMES = frozenset({"upstream_error", "hang", "reset", "truncated", "stream_cut", "stream_idle",
-                             "no_route", "unanswered"})
+FAILED_OUTCOMES = frozenset({Outcome.UPSTREAM_ERROR, Outcome.HANG, Outcome.RESET, Outcome.TRUNCATED,
+                             Outcome.STREAM_CUT, Outcome.STREAM_IDLE, Outcome.NO_ROUTE, Outcome.UNANSWERED})
 MAX_SESSIONS = 10_000  # protocol versions remembered from `initialize`, oldest forgotten first
 TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
@@ -121,7 +122,8 @@ class CallTrace:
     def fault(self, fields: Mapping[str, Any], action: Action) -> None:
         """A fault fired on this call; `fields` are its log line's."""
 
-    def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
+    def end(self, outcome: str = Outcome.OK, *, status: int | None = None,
+            reply: Mapping[str, Any] | None = None) -> None:
         """The call is over: `outcome` as in the call log, the HTTP `status`, the JSON-RPC `reply`."""
 
     def task(self, task_id: str | None, state: str | None) -> None:
@@ -507,12 +509,13 @@ class _Call(CallTrace):
         if state is not None:
             self.attributes["a2a.task.state"] = state
 
-    def end(self, outcome: str = "ok", *, status: int | None = None, reply: Mapping[str, Any] | None = None) -> None:
+    def end(self, outcome: str = Outcome.OK, *, status: int | None = None,
+            reply: Mapping[str, Any] | None = None) -> None:
         if self.end_ns:
             return
         attributes = self.attributes
         more = self.more
-        if outcome != "ok":
+        if outcome != Outcome.OK:
             attributes["chaosproxy.outcome"] = outcome
         error_type: str | None = None
         if status is not None:

@@ -17,9 +17,13 @@ from chaosproxy.adapters.http.heads import session_and_path
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, parse_rpc, rpc_call
 from chaosproxy.protocols.llm import api_for_path
+from chaosproxy.telemetry.log_schema import CallLine, Event, Outcome
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.route import Route
+
+
+_CALL, _OK = Event.CALL, Outcome.OK  # globals: a third of an enum attribute's cost, once a request
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the mitm adapter's flows are exchanges too
@@ -32,7 +36,7 @@ class Exchange:
         self.started = time.perf_counter()
         self.status: int | None = None
         self.bytes_out = 0
-        self.outcome = "ok"
+        self.outcome: str = _OK
         self.faults: list[str] = []
 
 
@@ -46,7 +50,7 @@ class Call(Exchange):
         self.started = time.perf_counter()
         self.status = None
         self.bytes_out = 0
-        self.outcome = "ok"
+        self.outcome = _OK
         self.faults = []
         self.msg = msg
         self.logged = False
@@ -76,6 +80,14 @@ def open_span(engine: Engine, msg: Message, route: Route, target: bytes, peer: s
     return [(name.encode(), value.encode("latin-1")) for name, value in carrier.items()]
 
 
+# A call's values as log_call and a PlainRelay keep them until its line is made (call_line): transport,
+# session, route, HTTP method, path, status, outcome, bytes out, duration (s), the rules that fired, what
+# was called (the request body not parsed yet, or its JSON-RPC method, tool and id; None) and the model
+# call (api, model, turn; None).
+CallRecord = tuple[str, str, str | None, str | None, str | None, int | None, str, int, float, tuple[str, ...],
+                   bytes | tuple[str | None, str | None, Any] | None, tuple[str, str | None, int | None] | None]
+
+
 def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -> None:
     """The `event: call` line for one request, whatever befell it (the agent's behaviour is scored on these).
 
@@ -87,10 +99,11 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
         called: Any = body
     else:
         called = rpc_call(msg.rpc) if body is not None else None
-    engine.log.write_call((
+    record: CallRecord = (
         transport, msg.session, msg.route, msg.http_method, msg.path, exchange.status, exchange.outcome,
         exchange.bytes_out, time.perf_counter() - exchange.started, tuple(exchange.faults) if exchange.faults else (),
-        called, (msg.api, msg.model, msg.turn) if msg.api is not None else None), call_line)
+        called, (msg.api, msg.model, msg.turn) if msg.api is not None else None)
+    engine.log.write_call(record, call_line)
     if msg.trace is not None:
         msg.trace.end(exchange.outcome, status=exchange.status)
 
@@ -98,39 +111,35 @@ def log_call(engine: Engine, transport: str, msg: Message, exchange: Exchange) -
 DEFERRED_BODY = 64 << 10  # a request body up to this size is kept until the call line is made
 
 
-def call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> dict[str, Any]:
+def call_line(ts: str, run_id: str, seed: int, record: CallRecord) -> CallLine:
+    """The `event: call` line of a record (log_schema.CallLine: its keys are checked there)."""
     (transport, session, route, http_method, path, status, outcome, bytes_out, duration_s, faults, called,
      model_call) = record
-    line = {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, "transport": transport, "session": session,
-            "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
-            "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000,  # round(x, 3) is slow
-            "faults": faults}
-    if type(called) is bytes:  # the request body, not parsed on the way
-        called = rpc_call(parse_rpc(called))
-    if called is not None:
-        line["method"], line["tool"], line["rpc_id"] = called
-    elif model_call is not None or (http_method == "POST" and path and api_for_path(path)):
+    line: CallLine = {
+        "ts": ts, "event": _CALL, "run_id": run_id, "seed": seed, "transport": transport, "session": session,
+        "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
+        "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000,  # round(x, 3) is slow
+        "faults": faults}
+    # the request body, not parsed on the way, or its JSON-RPC fields
+    rpc = rpc_call(parse_rpc(called)) if isinstance(called, bytes) else called
+    if rpc is not None:
+        line["method"], line["tool"], line["rpc_id"] = rpc
+    elif model_call is not None:
+        line["api"], line["model"], line["turn"] = model_call
+    elif http_method == "POST" and path and (api := api_for_path(path)):
         # a model-API call (named even when no rule acted and the body was never parsed)
-        line["api"], line["model"], line["turn"] = model_call or (api_for_path(path), None, None)
+        line["api"], line["model"], line["turn"] = api, None, None
     return line
 
 
-def plain_call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> dict[str, Any]:
-    """A call line from a PlainRelay's record: its raw values decoded here, at the flush (what
-    `call_line` makes of them, with no fault, no model call, and the body not parsed yet)."""
-    transport, watched, peer, route, method, target, status, outcome, bytes_out, duration_s, body = record
+def plain_call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> CallLine:
+    """A call line from a PlainRelay's record: its raw values decoded here, at the flush, into what
+    `call_line` makes the line of (no fault, no model call, and the body not parsed yet)."""
+    transport, watched, peer, route, method, target, status, outcome, bytes_out, duration_s, called = record
     raw = target.decode("latin-1")
     if watched is None and "?" not in raw and "%" not in raw:
         session, path = peer, raw
     else:
         session, path = session_and_path(raw, watched, peer)
-    http_method = method_name(method)
-    line = {"ts": ts, "event": "call", "run_id": run_id, "seed": seed, "transport": transport, "session": session,
-            "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
-            "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000, "faults": ()}
-    called = rpc_call(parse_rpc(body)) if type(body) is bytes else body  # the body, or its fields read
-    if called is not None:
-        line["method"], line["tool"], line["rpc_id"] = called
-    elif http_method == "POST" and (api := api_for_path(path)):
-        line["api"], line["model"], line["turn"] = api, None, None
-    return line
+    return call_line(ts, run_id, seed, (transport, session, route, method_name(method), path, status, outcome,
+                                        bytes_out, duration_s, (), called, None))

@@ -40,6 +40,7 @@ from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
 from chaosproxy.protocols.a2a.relay import A2aExchange
 from chaosproxy.protocols.llm.relay import LlmExchange
+from chaosproxy.telemetry.log_schema import Outcome, StreamEnd
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy
@@ -112,11 +113,11 @@ class Inspection:
         try:
             await self._run()
         except asyncio.CancelledError:
-            call.outcome = "client_disconnected"
+            call.outcome = Outcome.CLIENT_DISCONNECTED
             exchange.abort()
         except (ConnectionError, UpstreamError) as exc:  # the client went away, or the upstream broke mid-body
             if exchange.gone:
-                call.outcome = "client_disconnected"
+                call.outcome = Outcome.CLIENT_DISCONNECTED
             else:
                 self.proxy.upstream_failed(exchange, call, self.route, exc)
         except Exception:
@@ -157,18 +158,18 @@ class Inspection:
                     case Delay(seconds):
                         await asyncio.sleep(seconds)
                     case Respond() as respond:
-                        call.outcome = "fault_response"
+                        call.outcome = Outcome.FAULT_RESPONSE
                         return self.proxy._respond(exchange, call, respond)
                     case Reply(message, delay):
-                        call.outcome = "fault_response"
+                        call.outcome = Outcome.FAULT_RESPONSE
                         await asyncio.sleep(delay)
                         return self.proxy._respond(exchange, call, self.relay.reply(msg, message))
                     case Hang(release_after):
-                        call.outcome = "hang"
+                        call.outcome = Outcome.HANG
                         await asyncio.sleep(release_after if release_after is not None else float("inf"))
-                        call.outcome = "ok"
+                        call.outcome = Outcome.OK
                     case Reset(delay=delay):
-                        call.outcome = "reset"
+                        call.outcome = Outcome.RESET
                         await asyncio.sleep(delay)
                         exchange.abort(reset=True)
                         return
@@ -178,7 +179,7 @@ class Inspection:
         if a2a is not None:
             a2a.faults, original = call.faults, msg.body
             if (answer := a2a.answer()) is not None:
-                call.outcome = "fault_response"
+                call.outcome = Outcome.FAULT_RESPONSE
                 return self.proxy._respond(exchange, call, answer)
             if msg.body is not original:  # a fault rewrote the REST request's body
                 body = msg.body
@@ -351,7 +352,7 @@ class Inspection:
                 chunks, length = streams.once(payload), None if reader.body.trailers else len(payload)
             else:
                 chunks = streams.then(read, chunks)
-        ending = "eof"
+        ending = StreamEnd.EOF
         for action in actions:
             match action:
                 case Delay(seconds):
@@ -362,11 +363,11 @@ class Inspection:
                     if limit is None:
                         chunks, limit = await self._fraction(chunks, length, fraction or 0.0, response, headers)
                     if limit is not None:
-                        chunks, ending = streams.limit(chunks, limit), "close"
+                        chunks, ending = streams.limit(chunks, limit), StreamEnd.CLOSE
                 case Reset(after_bytes):
-                    chunks, ending = streams.limit(chunks, after_bytes or 0), "reset"
+                    chunks, ending = streams.limit(chunks, after_bytes or 0), StreamEnd.RESET
                 case CutStream(after_events, idle):
-                    chunks, ending = streams.sse_events(chunks, after_events), "idle" if idle else "cut"
+                    chunks, ending = streams.sse_events(chunks, after_events), StreamEnd.IDLE if idle else StreamEnd.CUT
         # a reply that is all here goes out in one send, after its call line: whoever reads the log once
         # the agent has its answer finds the call there (as a stream's pieces, by contrast, go at once)
         whole = not actions and (payload is not None or reader.body.done)
@@ -377,7 +378,7 @@ class Inspection:
                            length)  # (a card's 304 is the only status the proxy changes here)
         async for piece in chunks:
             call.bytes_out += len(piece)
-            if call.bytes_out == length and ending == "eof":  # the agent has it all with this piece: log first
+            if call.bytes_out == length and ending == StreamEnd.EOF:  # the agent has it all with this piece: log first
                 call.finish(engine)
             exchange.write(piece)
             if not whole:
@@ -386,21 +387,21 @@ class Inspection:
             call.finish(engine)
             exchange.conn.uncork()
         match ending:
-            case "eof":
+            case StreamEnd.EOF:
                 call.finish(engine)
                 exchange.end(reader.body.trailers)
-            case "cut":
-                call.outcome = "stream_cut"
+            case StreamEnd.CUT:
+                call.outcome = Outcome.STREAM_CUT
                 call.finish(engine)
                 exchange.end()  # a clean end, as a server that closed the stream
-            case "close":
-                call.outcome = "truncated"
+            case StreamEnd.CLOSE:
+                call.outcome = Outcome.TRUNCATED
                 exchange.close()  # FIN after the bytes sent
-            case "reset":
-                call.outcome = "reset"
+            case StreamEnd.RESET:
+                call.outcome = Outcome.RESET
                 exchange.abort(reset=True)
-            case "idle":
-                call.outcome = "stream_idle"
+            case StreamEnd.IDLE:
+                call.outcome = Outcome.STREAM_IDLE
                 await asyncio.Event().wait()  # until the client goes away
 
     def _relay_whole(self, raw: bytes, encoding: str, status: int, headers: Headers,

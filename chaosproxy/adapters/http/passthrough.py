@@ -29,6 +29,7 @@ from chaosproxy.adapters.http.calls import Call
 from chaosproxy.adapters.http.heads import SMALL_BODY, as_sent, body_framing, first_line, header
 from chaosproxy.adapters.http.route import Route
 from chaosproxy.engine.message import Message
+from chaosproxy.telemetry.log_schema import Outcome
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy
@@ -244,11 +245,11 @@ class Passthrough(Call):
                 await exchange.drain()
             exchange.end(events.trailers)
         except asyncio.CancelledError:
-            call.outcome = "client_disconnected"
+            call.outcome = Outcome.CLIENT_DISCONNECTED
             if self.conn is not None:
                 self.conn.discard(self)
         except (ConnectionError, UpstreamError):
-            call.outcome = "client_disconnected" if exchange.gone else "upstream_error"
+            call.outcome = Outcome.CLIENT_DISCONNECTED if exchange.gone else Outcome.UPSTREAM_ERROR
             exchange.abort()
         except Exception:
             self.proxy.internal_error(exchange, call)
@@ -284,7 +285,7 @@ class Passthrough(Call):
 
     def _client_gone(self) -> None:
         self._stop_timer()
-        self.outcome = "client_disconnected"
+        self.outcome = Outcome.CLIENT_DISCONNECTED
         if self.conn is not None:
             self.conn.discard(self)
         self.finish(self.proxy.engine)

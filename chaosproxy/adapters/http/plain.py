@@ -22,6 +22,7 @@ from chaosproxy.adapters.http.heads import SMALL_BODY
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
 from chaosproxy.engine.message import Message, rpc_call
+from chaosproxy.telemetry.log_schema import Outcome
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.proxy import HttpProxy
@@ -116,7 +117,7 @@ class PlainRelay:
         self.promote().response_body(data)
 
     def response_end(self, trailers: Headers) -> None:
-        self._log("ok")  # before the last piece goes (the client's writes are corked)
+        self._log(Outcome.OK)  # before the last piece goes (the client's writes are corked)
         self.exchange.finish()
 
     def upstream_failed(self, error: BaseException) -> None:
@@ -125,7 +126,7 @@ class PlainRelay:
     def _client_gone(self) -> None:
         self.proxy.deadlines.done(self)
         self.conn.discard(self)
-        self._log("client_disconnected")
+        self._log(Outcome.CLIENT_DISCONNECTED)
 
     def _log(self, outcome: str) -> None:
         msg = self.msg

@@ -44,6 +44,7 @@ from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.sessions import SCOPE_HEADER, agent_name
 from chaosproxy.protocols.a2a.wire import is_card
 from chaosproxy.telemetry.log import Throttle, ops
+from chaosproxy.telemetry.log_schema import Outcome
 
 UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response head
 
@@ -160,13 +161,13 @@ class HttpProxy:
         try:
             if not raw_target.startswith("/") or head.method == "CONNECT":
                 call = Call(msg)
-                call.outcome = "not_a_forward_proxy"
+                call.outcome = Outcome.NOT_A_FORWARD_PROXY
                 exchange.close_after = True
                 self._respond(exchange, call, _not_a_forward_proxy(head.method))
                 return
             if route is None or target is None:  # never an open relay: only configured upstreams
                 call = Call(msg)
-                call.outcome = "no_route"
+                call.outcome = Outcome.NO_ROUTE
                 body = orjson.dumps({"error": {"code": 404, "message": f"chaosproxy: no route for {msg.path}",
                                                "routes": [r.prefix or "/" for r in self.routes]}})
                 self._respond(exchange, call, Respond(404, body, {"Content-Type": "application/json"}))
@@ -300,7 +301,7 @@ class HttpProxy:
 
     def internal_error(self, exchange: ClientExchange, call: Call) -> None:
         ops.exception("internal error on %s %s", call.msg.http_method, call.msg.path)
-        call.outcome = "proxy_error"
+        call.outcome = Outcome.PROXY_ERROR
         if exchange.started:
             exchange.abort()
         else:
@@ -328,7 +329,7 @@ class HttpProxy:
         """The upstream could not be reached or broke the exchange: a 502 (504 on a timeout) if the
         agent has had no answer yet, else the connection is cut, as the upstream cut it."""
         timed_out = isinstance(error, TimeoutError)
-        call.outcome = "upstream_timeout" if timed_out else "upstream_error"
+        call.outcome = Outcome.UPSTREAM_TIMEOUT if timed_out else Outcome.UPSTREAM_ERROR
         self.failures.warning((route.upstream, type(error)), "upstream %s failed for %s %s: %s", route.upstream,
                               call.msg.http_method, call.msg.path, error or type(error).__name__)
         if isinstance(route.relay, JsonRpcRelay):

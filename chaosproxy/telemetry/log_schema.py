@@ -1,0 +1,196 @@
+"""The perturbation log's schema, written once: each kind of line, its keys and their types, the call
+outcomes and the stream endings. Every writer (the engine, the adapters, the model-API and A2A relays,
+the control plane) and every reader (reports, metrics, the control API's journal and feed) takes the
+names from here, so that a renamed key or outcome is found by mypy wherever it is written or read.
+
+A line is one JSON object. Every line has `ts` (ISO-8601 UTC, microseconds), `event` (its kind),
+`run_id` and `seed`; a line of a proxy made on demand or of a scope also names it (`proxy`, `scope`).
+The run line says which version of this schema the lines after it follow (`schema`). A key that is
+not here is not written; a key marked NotRequired is left out when it does not apply (an MCP call has
+`method`, `tool` and `rpc_id`; a model-API call `api`, `model` and `turn`). Readers should ignore keys
+they do not know: a later schema version may add keys, and changes `schema` when it renames or drops one.
+
+Named `log_schema` rather than `schema`: faults/_schema (a tool's output schema) and
+engine/editor_schema (the scenario's JSON Schema) are other schemas.
+"""
+
+# (no `from __future__ import annotations`: TypedDict reads NotRequired from the annotations at runtime)
+from enum import StrEnum
+from typing import Any, NotRequired, TypedDict
+
+SCHEMA_VERSION = 1  # the run line's `schema`: raised when a key is renamed or dropped, or changes meaning
+
+
+class Event(StrEnum):
+    """A line's kind (`event`)."""
+
+    RUN = "run"  # the first line of a run: what was loaded, with which seed
+    CALL = "call"  # one proxied request (an MCP message, a REST call, a model-API turn), whatever befell it
+    FAULT = "fault"  # a fault fired: it changed what the agent received
+    SKIP = "skip"  # a rule matched but its fault could not act on the payload, and says why
+    ERROR = "error"  # the proxy's own failure (a fault or relay bug); the traffic went through as it came
+    SESSION = "session"  # a session's state was dropped, or a dropped session came back
+    CONTROL = "control"  # a change made at runtime (scenario, rule, reset, reload, proxies, scopes, toxics)
+    DROPPED = "dropped"  # not in the file: the control API's live feed says how many lines a slow reader lost
+
+
+class Outcome(StrEnum):
+    """What became of a call (`outcome` of a call line)."""
+
+    OK = "ok"  # answered as upstream answered (perhaps perturbed, slowed or cut short on purpose: see faults)
+    FAULT_RESPONSE = "fault_response"  # a fault answered in upstream's place
+    HANG = "hang"  # a fault held the call and never answered
+    RESET = "reset"  # the connection was reset (a fault)
+    TRUNCATED = "truncated"  # the body was cut short and the connection closed (a fault)
+    STREAM_CUT = "stream_cut"  # an event stream was ended early (a fault)
+    STREAM_IDLE = "stream_idle"  # an event stream went silent, kept open (a fault)
+    CLIENT_DISCONNECTED = "client_disconnected"  # the agent hung up before it had the whole answer
+    UPSTREAM_ERROR = "upstream_error"  # upstream could not be reached or broke off: the agent got a 502
+    UPSTREAM_TIMEOUT = "upstream_timeout"  # upstream took too long to connect or answer: the agent got a 504
+    NO_ROUTE = "no_route"  # no configured upstream for the path
+    NOT_A_FORWARD_PROXY = "not_a_forward_proxy"  # an absolute-form request (the proxy is no open relay)
+    PROXY_ERROR = "proxy_error"  # the proxy's own failure, answered with an error
+    UNANSWERED = "unanswered"  # stdio: the server exited with the request still unanswered
+    DROPPED = "dropped"  # stdio: a fault dropped the message, nothing was delivered in its place
+
+
+# Outcomes that leave the agent without an answer: a report counts such a call as never completed.
+INCOMPLETE = frozenset({Outcome.HANG, Outcome.CLIENT_DISCONNECTED, Outcome.STREAM_IDLE})
+
+
+class StreamEnd(StrEnum):
+    """How an adapter ends a response body it relays: as upstream did, or as a fault asked. Each gives
+    its call an outcome (CUT: stream_cut, CLOSE: truncated, RESET: reset, IDLE: stream_idle)."""
+
+    EOF = "eof"  # as the body ends (mitm, a cut stream: by closing the connection, as a server does)
+    CLOSE = "close"  # FIN after the bytes sent (Truncate)
+    RESET = "reset"  # a TCP reset (Reset)
+    IDLE = "idle"  # nothing more, the connection kept open (CutStream idle)
+    CUT = "cut"  # a clean end after the events kept (CutStream)
+
+
+class Line(TypedDict):
+    """What every line carries."""
+
+    ts: str
+    event: str
+    run_id: str
+    seed: int
+    proxy: NotRequired[str]  # a proxy made on demand (control API) wrote it
+    scope: NotRequired[str]  # a scope of a listener wrote it
+
+
+class RunLine(Line):
+    schema: int  # SCHEMA_VERSION
+    version: str  # chaosproxy's
+    scenario: str | None  # its file (None: no scenario file)
+    rules: list[str]
+
+
+class CallLine(Line):
+    """One call. Over HTTP every key but those of MCP or a model API; over stdio no HTTP key."""
+
+    transport: str
+    session: str
+    route: NotRequired[str | None]
+    http_method: NotRequired[str | None]
+    path: NotRequired[str | None]
+    status: NotRequired[int | None]
+    outcome: str  # an Outcome
+    bytes_out: NotRequired[int]
+    duration_ms: float
+    faults: list[str] | tuple[str, ...]  # the rules that fired on it
+    method: NotRequired[str | None]  # JSON-RPC (MCP) calls
+    tool: NotRequired[str | None]
+    rpc_id: NotRequired[Any]
+    api: NotRequired[str]  # model-API calls
+    model: NotRequired[str | None]
+    turn: NotRequired[int | None]
+
+
+class FaultLine(Line):
+    rule: str
+    fault: str  # its type
+    component: str
+    level: str
+    phase: str
+    transport: str
+    session: str
+    route: str | None
+    http_method: str | None
+    path: str | None
+    method: str | None
+    tool: str | None
+    rpc_id: Any
+    match_index: int
+    params: dict[str, Any]
+    action: str  # the action's class name, lower-case
+    effect: dict[str, Any]  # what it changed: small and bounded, never the payload
+    routed_to: NotRequired[str]  # a call routed back to the tool it was renamed from
+    perturbed_digest: NotRequired[str]
+    original_digest: NotRequired[str]
+    api: NotRequired[str]
+    model: NotRequired[str | None]
+    turn: NotRequired[int | None]
+
+
+class SkipLine(Line):
+    rule: str | None  # None: the adapter or relay passed the payload undecided
+    reason: str
+    fault: NotRequired[str]
+    transport: NotRequired[str]
+    session: NotRequired[str]
+    phase: NotRequired[str]
+    http_method: NotRequired[str | None]
+    path: NotRequired[str | None]
+    method: NotRequired[str | None]
+    tool: NotRequired[str | None]
+    rpc_id: NotRequired[Any]
+    api: NotRequired[str | None]
+    model: NotRequired[str | None]
+    turn: NotRequired[int | None]
+
+
+class ErrorLine(Line):
+    error: str
+    rule: NotRequired[str | None]
+    fault: NotRequired[str]
+    transport: NotRequired[str]
+    session: NotRequired[str]
+    path: NotRequired[str | None]
+    api: NotRequired[str | None]
+    model: NotRequired[str | None]
+    turn: NotRequired[int | None]
+
+
+class SessionLine(Line):
+    session: str
+    change: str  # dropped or restarted
+    reason: str  # ended, idle or evicted
+
+
+class ControlLine(Line):
+    change: str  # scenario, rule, reset, reload, proxy created/deleted, scope deleted, toxic added/updated/...
+    rules: NotRequired[list[str]]  # the rules in force after it
+    rule: NotRequired[str]
+    enabled: NotRequired[bool]
+    probability: NotRequired[float]
+    scenario: NotRequired[str]
+    listen: NotRequired[str]
+    toxic: NotRequired[str]
+    type: NotRequired[str]
+    stream: NotRequired[str]
+    toxicity: NotRequired[float]
+    attributes: NotRequired[dict[str, Any]]
+
+
+class DroppedLine(TypedDict):
+    """The control API's live feed only: `count` lines this reader was too slow for."""
+
+    event: str
+    count: int
+
+
+LINES: dict[Event, type[Line]] = {Event.RUN: RunLine, Event.CALL: CallLine, Event.FAULT: FaultLine,
+                                  Event.SKIP: SkipLine, Event.ERROR: ErrorLine, Event.SESSION: SessionLine,
+                                  Event.CONTROL: ControlLine}
