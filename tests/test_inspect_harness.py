@@ -97,7 +97,8 @@ def test_naive_and_retrying_separate_under_503_on_tool_calls(mcp_url, tool_503, 
     assert naive["faulted"] < 0.7 < retrying["faulted"]
     assert naive["transition"] == naive["faulted"] and retrying["http_error"] == retrying["faulted"]
     assert naive["drop_ci95_low"] > 0  # the naive policy's weakness is real at this size
-    assert not math.isnan(retrying["faulted_pass"]) if "faulted_pass" in retrying else True
+    assert naive["pass2_clean"] == retrying["pass2_clean"] == 1.0  # every sample with two clean epochs
+    assert naive["pass2_faulted"] < retrying["pass2_faulted"]
 
 
 def test_each_sample_holds_exactly_its_proxy_log_faults_and_the_transcript_shows_them(mcp_url, tool_503, tmp_path):

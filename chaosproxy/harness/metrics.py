@@ -75,7 +75,8 @@ def _rows(rows: list[ProfileRow]) -> dict[str, float]:
 @metric(scores="unreduced")
 def chaos_pass_k(k: int = 2) -> Metric:
     """Inspect's pass_k (tau-bench's pass^k: all k tries succeed) over each sample's clean epochs and
-    over its faulted ones, averaged over the samples with at least k such epochs (NaN when none has)."""
+    over its faulted ones (`passK_clean`, `passK_faulted`), averaged over the samples with at least k
+    such epochs (NaN when none has)."""
     reduce = pass_k(k)
 
     def compute(scores: list[SampleScore]) -> dict[str, float]:
@@ -92,7 +93,7 @@ def chaos_pass_k(k: int = 2) -> Metric:
         for group in ("clean", "faulted"):
             estimates = [float(reduce(epochs).as_float()) for (name, _), epochs in by_sample.items()
                          if name == group and len(epochs) >= k]
-            values[group] = sum(estimates) / len(estimates) if estimates else NAN
+            values[f"pass{k}_{group}"] = sum(estimates) / len(estimates) if estimates else NAN
         return values
     return compute
 

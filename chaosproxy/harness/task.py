@@ -39,12 +39,12 @@ def chaos_task(task: Task, plan: ChaosPlan, *, pass_value: float = 1.0, pass_k: 
 
     `pass_value`: the score (as Inspect's value_to_float reads it) at or above which a sample-epoch
     counts as passed in the chaos metrics and the imported drill. `pass_k`: the k of the pass^k metric
-    (default: the task's epochs, when more than one; give it when epochs are set on eval()). Its MCP
+    (default 2 when the task has several epochs; give it when epochs are set on eval()). Its MCP
     tool sources must be
     chaosproxy.harness's (mcp_server_http, mcp_server_sse, mcp_server_stdio); for the model API, give
     the model `base_url=plan.gateway(PROVIDER_BASE_URL)`.
     """
-    k = pass_k if pass_k is not None else task.epochs if (task.epochs or 1) > 1 else None
+    k = pass_k if pass_k is not None else 2 if (task.epochs or 1) > 1 else None
     config = task.config
     if plan.scope != "tools" and config.max_retries is None:
         config = config.merge(GenerateConfig(max_retries=0))
