@@ -33,6 +33,15 @@ from chaosproxy.telemetry.log import ops, setup_operational_log
 from chaosproxy.telemetry.redact import redacted_url
 
 EXIT_INVALID = 2
+DESCRIPTION = """\
+A fault-injecting proxy between an LLM agent and the servers it calls (tool APIs, MCP servers, its
+model API): it injects the failures deployments have, per a YAML scenario, and logs each as a JSON line.
+New here? `chaosproxy demo` shows all of it in a few seconds; docs/index.md says which mode you need."""
+RUN_DESCRIPTION = """\
+Reverse-proxy HTTP to the real server, injecting faults: REST tool APIs, MCP servers over streamable
+HTTP or SSE (the agent's MCP URL becomes http://LISTEN/mcp), and an agent's model API (LLM gateway:
+the SDK's base_url on the proxy, .../v1 for openai, the bare origin for anthropic).
+Where to forward is required: --upstream URL, or --route PREFIX=URL (or routes: in the scenario)."""
 
 
 def _listen_address(value: str) -> tuple[str, int]:
@@ -51,7 +60,7 @@ def _upstream_url(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chaosproxy", description=__doc__,
+    parser = argparse.ArgumentParser(prog="chaosproxy", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # (--version unwrapped)
     parser.add_argument("--version", action="version",
                         version=f"chaosproxy {__version__}, HTTP data plane {compiled.FORM}")
@@ -59,11 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="reverse-proxy HTTP traffic to an upstream, injecting faults",
+    run = sub.add_parser("run", help="reverse-proxy HTTP (tool APIs, MCP over HTTP, model APIs), injecting faults",
+                         description=RUN_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="Every option also reads CHAOSPROXY_<OPTION> from the environment "
                                 "(CHAOSPROXY_UPSTREAM, CHAOSPROXY_ROUTES=PREFIX=URL,..., ...).")
-    run.add_argument("--upstream", default=_env("UPSTREAM"), type=_upstream_url,
-                     help="the real tool server's base URL (all paths not under a --route)")
+    run.add_argument("--upstream", default=_env("UPSTREAM"), type=_upstream_url, metavar="URL",
+                     help="the real server's base URL (all paths not under a --route); this or --route "
+                          "is required")
     run.add_argument("--route", action="append", type=_route, metavar="PREFIX=URL", dest="routes", default=[],
                      help="send paths under PREFIX to URL, the prefix taken off (repeatable; "
                           "CHAOSPROXY_ROUTES=PREFIX=URL,...)")
@@ -96,14 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the request header naming a scope (PUT /scopes/NAME/scenario) (default X-Chaosproxy-Scope)")
     stdio = sub.add_parser(
         "stdio", help="run an MCP server command and relay its stdio, injecting faults",
-        usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] -- COMMAND [ARGS...]")
+        usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] [...] -- COMMAND [ARGS...]",
+        description="Put chaosproxy between an MCP host and a stdio MCP server: give the server's command after "
+                    "--, as the host's MCP config gives it. Only protocol frames go to stdout.")
     _add_run_options(stdio)
     cassette_command.add_record_arguments(stdio)
     stdio.add_argument("server", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                        help="the MCP server command, exactly as the agent's MCP config gives it")
 
     mitm = sub.add_parser("mitm", help="intercept the agent's HTTPS traffic (HTTPS_PROXY) with mitmproxy, "
-                                       "injecting faults on the listed hosts")
+                                       "injecting faults on the listed hosts (the [mitm] extra)",
+                          description="The agent's HTTPS proxy, for tool hosts it cannot be pointed away from. "
+                                      "Needs the [mitm] extra: pip install 'chaosproxy[mitm]'.")
     mitm.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8080"), type=_listen_address,
                       metavar="HOST:PORT", help="the agent's HTTPS_PROXY / HTTP_PROXY (default 127.0.0.1:8080)")
     mitm.add_argument("--hosts", default=_env("HOSTS"), metavar="GLOB,...",
@@ -124,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors and check-jsonschema)")
     schema.add_argument("--suite", action="store_true",
                         help="the drill suite schema: pick, and !range/!choice draws as lists")
-    demo = sub.add_parser("demo", help="run the bundled example: tool server, proxy, scripted agent")
+    demo_help = ("the bundled example: a REST tool API, an MCP server and a model API behind one proxy, three "
+                 "scripted agents, a summary and an HTML report")
+    demo = sub.add_parser("demo", help=demo_help, description=f"Run {demo_help} (a few seconds, nothing to give).")
     toxiproxy = sub.add_parser("toxiproxy", help="serve a Toxiproxy 2.x-compatible API: its clients make "
                                                  "chaosproxy listeners and faults (loopback only)")
     toxiproxy.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8474"), type=_listen_address,
@@ -135,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     toxiproxy.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
                            help="also serve chaosproxy's control API (journal, scopes, scenarios) here")
     toxiproxy.add_argument("--control-token", metavar="TOKEN", help="the control API's bearer token")
-    demo.add_argument("--log", type=Path, help="perturbation log file (default: printed as it goes)")
+    demo.add_argument("--log", type=Path, metavar="FILE", help="where to write the perturbation log "
+                                                               "(default: a new file in the temporary folder, "
+                                                               "named at the end; the HTML report goes beside it)")
     demo.add_argument("--a2a", action="store_true", help="the A2A act instead: an agent delegating to a remote "
                                                          "agent whose card drifts, whose streams drop, which asks "
                                                          "again, goes silent and fails")
@@ -147,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "merge", help="merge the shards of one drill (drill --shard I/N) into one drill's folder"))
     report_command.add_report_arguments(sub.add_parser(
         "report", help="robustness profile and agent behaviour from a drill's folder or a log; "
-                       "two drills compared; gates for CI", description=report_command.__doc__,
+                       "two drills compared; gates for CI", description=report_command.DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter))
     report_command.add_export_arguments(sub.add_parser(
         "export", help="write a log's perturbation-annotated call sequences, e.g. as training data"))
@@ -218,11 +237,12 @@ def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), help="scenario YAML (default: no faults)")
+    parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), metavar="FILE",
+                        help="scenario YAML (default: no faults)")
     _add_scenario_dir(parser)
-    parser.add_argument("--seed", type=_seed, default=_env("SEED"),
+    parser.add_argument("--seed", type=_seed, default=_env("SEED"), metavar="N",
                         help="root seed (default: the scenario's, else random)")
-    parser.add_argument("--log", type=Path, default=_env("LOG"),
+    parser.add_argument("--log", type=Path, default=_env("LOG"), metavar="FILE",
                         help="perturbation log, JSON lines (default: stderr)")
     parser.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
                         help="serve the control API here (scenario swaps, live events, metrics); off by default")
@@ -256,12 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         case "validate":
             return _validate(args.files, args.scenario_dirs)
         case "faults":
-            print(faults_table())
-            return 0
+            return _print_to_pipe(faults_table())
         case "schema":
             from chaosproxy.engine.editor_schema import scenario_schema
-            print(json.dumps(scenario_schema(suite=args.suite), indent=2))
-            return 0
+            return _print_to_pipe(json.dumps(scenario_schema(suite=args.suite), indent=2))
         case "demo" if args.a2a:
             from chaosproxy.demo.a2a_story import run_a2a_demo
             return run_a2a_demo(args.log)
@@ -519,21 +537,37 @@ def _is_suite(path: Path) -> bool:
     return re.search(r"!range\b|!choice\b|^pick\s*:", text, re.MULTILINE) is not None
 
 
+def _print_to_pipe(text: str) -> int:
+    """Print for a reader that may stop early (`chaosproxy faults | head`): no BrokenPipeError traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush then writes nowhere
+    return 0
+
+
+FAULTS_WIDTH = 100  # `chaosproxy faults` lines: a terminal's width, not a table's
+
+
 def faults_table() -> str:
+    """Each fault type: a line with its component and level, its summary, then its parameters with their
+    defaults (`name` alone: required), wrapped to FAULTS_WIDTH."""
+    import textwrap
+
     from chaosproxy.faults import REGISTRY
 
-    rows = [("TYPE", "COMPONENT", "LEVEL", "PARAMETERS", "WHAT IT DOES")]
+    blocks = []
     for name, fault in sorted(REGISTRY.items()):
         params = ", ".join(
             key if info.is_required() else f"{key}={_show(info.get_default(call_default_factory=True))}"
             for key, info in fault.model_fields.items() if key != "type"
         )
-        rows.append((name, fault.component, fault.level, params, fault.summary()))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4]
-        for row in rows
-    )
+        lines = [f"{name}  ({fault.component}, {fault.level})",
+                 *textwrap.wrap(fault.summary(), FAULTS_WIDTH, initial_indent="  ", subsequent_indent="  "),
+                 *textwrap.wrap(f"parameters: {params or '(none)'}", FAULTS_WIDTH, initial_indent="  ",
+                                subsequent_indent="    ", break_on_hyphens=False)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def _show(value: object) -> str:

@@ -138,10 +138,13 @@ class Tab:
             await asyncio.sleep(0.1)
         return value
 
-    async def screenshot(self, path: Path, width: int = 1400, height: int = 900) -> None:
+    async def screenshot(self, path: Path, width: int = 1400, height: int = 900, clip: str | None = None) -> None:
+        """The page at that size as a PNG; `clip`, an expression giving {x, y, width, height} in page pixels
+        (evaluated once the page is laid out at that size): that part only."""
         await self._devtools.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                                   deviceScaleFactor=1, mobile=False)
-        shot = await self._devtools.call("Page.captureScreenshot", format="png")
+        area = {"clip": {**await self.evaluate(clip), "scale": 1}, "captureBeyondViewport": True} if clip else {}
+        shot = await self._devtools.call("Page.captureScreenshot", format="png", **area)
         path.write_bytes(base64.b64decode(shot["data"]))
 
 

@@ -1,12 +1,8 @@
-"""Wait until something accepts connections on each given port (used by README sessions in tests).
-
-    python -m tests.readme_wait PORT...     exit 0 when all listen, 1 after 30 s
-"""
+"""Wait until something accepts connections on a port (tests/test_readme.py, for the servers it starts)."""
 
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from collections.abc import Callable
 
@@ -19,8 +15,3 @@ def wait(port: int, deadline: float, alive: Callable[[], bool] = lambda: True) -
         except OSError:
             time.sleep(0.05)
     return False
-
-
-if __name__ == "__main__":
-    limit = time.monotonic() + 30
-    sys.exit(0 if all(wait(int(port), limit) for port in sys.argv[1:]) else 1)

@@ -1,23 +1,26 @@
-"""README.md is executable: every fenced sh, python, yaml, json and text block is checked.
+"""README.md and the docs (docs/**/*.md) are executable: every fenced sh, python, yaml, json and text block
+is checked.
 
 A block is run as its language says, shaped by an HTML comment right above it:
 
-    <!-- readme: session=NAME exit=N skip="why" kind=scenario|suite|log|pytest|output|config -->
+    <!-- readme: session=NAME exit=N skip="why" command="..." kind=scenario|suite|log|pytest|output|config -->
 
 - `sh` blocks run in bash, in a fresh folder that sees the repository's examples, scenarios, tests
-  and bench: the README's ports (9000, 9001, 9100, 8800, 8801, 8100) are replaced by free ones.
-  Blocks of one `session` run as one script in order (a line ending in `&` keeps running until the
-  session ends, and the script waits for the ports it names); the session's processes are stopped by
-  their process group. `exit=N` is the expected exit status (default 0).
+  and bench: the documents' ports (9000, 9001, 9100, 8800, 8801, 8100) are replaced by free ones.
+  Blocks of one `session` (of one file) run as one script in order, `python` blocks of the session as
+  `python FILE` in their place; a line ending in `&` keeps running until the session ends, and the
+  session's processes are stopped by their process group. A block waits for what it started, as a
+  reader pasting it must: nothing here waits for it. `exit=N` is the expected exit status (default 0).
 - `text` blocks marked `kind=output` follow a session's block: each line must appear in that
-  session's output, `...` matching anything.
+  session's output, `...` matching anything. With `command="..."` the block is that command's output
+  instead (run on its own in a fresh folder).
 - `yaml` blocks validate as scenarios (`kind=suite`: as a drill suite); `json` blocks parse
   (`kind=log`: the log example, compared field by field with the lines of a real run).
 - `python` blocks marked `kind=pytest` run as a test file and must pass; others run as scripts.
 - `skip="why"` is for what cannot run here (a container engine, a fresh machine's install), and
   must say why.
 
-So README drift fails CI.
+So drift between the documents and the code fails CI.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 README_PORTS = ("9000", "9001", "9100", "8800", "8801", "8100")
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -52,13 +56,19 @@ class Block:
     text: str
     line: int
     options: dict[str, str] = field(default_factory=dict)
+    source: str = "README.md"
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}:{self.lang}"
+        return f"{self.source}:{self.line}:{self.lang}"
+
+    @property
+    def session(self) -> str | None:
+        """The session's name, of its file: the same name in two files is two sessions."""
+        return f"{self.source}:{self.options['session']}" if "session" in self.options else None
 
 
-def parse_readme(text: str) -> list[Block]:
+def parse_readme(text: str, source: str = "README.md") -> list[Block]:
     blocks: list[Block] = []
     lines = text.splitlines()
     pending: dict[str, str] = {}
@@ -74,7 +84,7 @@ def parse_readme(text: str) -> list[Block]:
             while i < len(lines) and not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            blocks.append(Block(m.group(1), "\n".join(body) + "\n", start + 1, pending))
+            blocks.append(Block(m.group(1), "\n".join(body) + "\n", start + 1, pending, source))
             pending = {}
         elif line.strip():
             pending = {}  # a directive applies to the block right below it only
@@ -86,7 +96,7 @@ def _options(text: str) -> list[tuple[str, str]]:
     return [tuple(word.split("=", 1)) if "=" in word else (word, "") for word in shlex.split(text)]  # type: ignore[misc]
 
 
-BLOCKS = parse_readme(README.read_text())
+BLOCKS = [block for path in DOCUMENTS for block in parse_readme(path.read_text(), str(path.relative_to(ROOT)))]
 CHECKED = [b for b in BLOCKS if b.lang in ("sh", "python", "yaml", "json", "text")]
 
 
@@ -97,7 +107,7 @@ def test_every_skip_says_why() -> None:
 
 
 def test_readme_has_the_two_fresh_machine_commands() -> None:
-    shell = "\n".join(b.text for b in BLOCKS if b.lang == "sh")
+    shell = "\n".join(b.text for b in BLOCKS if b.lang == "sh" and b.source == "README.md")
     assert "chaosproxy demo" in shell
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = next(line for line in shell.splitlines() if line.rstrip().endswith(".venv/bin/pytest"))
@@ -180,8 +190,8 @@ def _real_log(tmp_path: Path, shown: dict[str, dict]) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("block", [b for b in CHECKED if b.lang == "python" and "skip" not in b.options],
-                         ids=lambda b: b.id)
+@pytest.mark.parametrize("block", [b for b in CHECKED if b.lang == "python"
+                                   and not {"skip", "session"} & b.options.keys()], ids=lambda b: b.id)
 def test_python_blocks(block: Block, tmp_path: Path) -> None:
     with _servers(tmp_path) as ports:
         source = _with_ports(block.text, ports)
@@ -199,47 +209,66 @@ def test_python_blocks(block: Block, tmp_path: Path) -> None:
         assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout
 
 
-SESSIONS = sorted({b.options["session"] for b in BLOCKS if "session" in b.options})
+SESSIONS = sorted({b.session for b in BLOCKS if b.session is not None})
 
 
 @pytest.mark.parametrize("session", SESSIONS)
 def test_sh_sessions(session: str, tmp_path: Path) -> None:
-    blocks = [b for b in BLOCKS if b.options.get("session") == session and "skip" not in b.options]
-    commands = [b for b in blocks if b.lang == "sh"]
+    blocks = [b for b in BLOCKS if b.session == session and "skip" not in b.options]
+    commands = [b for b in blocks if b.lang in ("sh", "python")]
     outputs = [b for b in blocks if b.lang == "text" and b.options.get("kind") == "output"]
-    assert commands, f"session {session!r} has no sh block"
+    assert any(b.lang == "sh" for b in commands), f"session {session!r} has no sh block"
     with _servers(tmp_path, start=False) as ports:
-        script = "\n".join(_script_block(_with_ports(b.text, ports), ports) for b in commands)
-        out = tmp_path / "session.out"
-        work = tmp_path / "work"  # a folder of its own, seeing the repository's files
-        work.mkdir()
-        for name in ("examples", "scenarios", "tests", "bench"):
-            (work / name).symlink_to(ROOT / name)
-        proc = _spawn(["bash", "-c", "set -eo pipefail\n" + script], out, cwd=work)
-        try:
-            status = proc.wait(timeout=240)
-        finally:
-            _stop(proc)
-        output = out.read_text()
-        outputs = [Block(b.lang, _with_ports(b.text, ports), b.line, b.options) for b in outputs]
+        work = _work_folder(tmp_path)
+        script = "\n".join(_script_line(b, _with_ports(b.text, ports), work) for b in commands)
+        status, output = _run_script(script, work, tmp_path / "session.out")
+        outputs = [Block(b.lang, _with_ports(b.text, ports), b.line, b.options, b.source) for b in outputs]
     expected = int(commands[-1].options.get("exit", 0))
     assert status == expected, f"session {session} exited {status}, expected {expected}:\n{output[-4000:]}"
     for block in outputs:
-        for wanted in filter(str.strip, block.text.splitlines()):
-            pattern = ".*".join(re.escape(part.strip()) for part in re.split(r"\.\.\.|…", wanted))
-            assert re.search(pattern, output), f"{block.id}: {wanted!r} not in the output:\n{output[-4000:]}"
+        _check_output(block, output)
 
 
-def _script_block(text: str, ports: dict[str, int]) -> str:
-    """A block as a script; after a line left running in the background, wait for the ports it names."""
-    lines = []
-    for line in text.replace("\\\n", " ").splitlines():  # a continued command is one line
-        lines.append(line)
-        if line.split(" #")[0].rstrip().endswith("&"):
-            named = [str(p) for p in ports.values() if str(p) in line]
-            if named:
-                lines.append(f"{shlex.quote(sys.executable)} -m tests.readme_wait {' '.join(named)}")
-    return "\n".join(lines)
+@pytest.mark.parametrize("block", [b for b in CHECKED if "command" in b.options and "skip" not in b.options],
+                         ids=lambda b: b.id)
+def test_command_outputs(block: Block, tmp_path: Path) -> None:
+    status, output = _run_script(block.options["command"], _work_folder(tmp_path), tmp_path / "command.out")
+    assert status == 0, output[-4000:]
+    _check_output(block, output)
+
+
+def _check_output(block: Block, output: str) -> None:
+    """Each line of the block appears in the output, in any order; `...` matches anything."""
+    for wanted in filter(str.strip, block.text.splitlines()):
+        pattern = ".*".join(re.escape(part.strip()) for part in re.split(r"\.\.\.|…", wanted))
+        assert re.search(pattern, output), f"{block.id}: {wanted!r} not in the output:\n{output[-4000:]}"
+
+
+def _work_folder(tmp_path: Path) -> Path:
+    """A folder of its own for a session, seeing the repository's files."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("examples", "scenarios", "tests", "bench"):
+        (work / name).symlink_to(ROOT / name)
+    return work
+
+
+def _script_line(block: Block, text: str, work: Path) -> str:
+    """A session's block as script: an sh block as it is, a python block as a file run with python."""
+    if block.lang == "sh":
+        return text
+    path = work / f"block_{block.line}.py"
+    path.write_text(text)
+    return f"python {path.name}"
+
+
+def _run_script(script: str, work: Path, out: Path) -> tuple[int, str]:
+    proc = _spawn(["bash", "-c", "set -eo pipefail\n" + script], out, cwd=work)
+    try:
+        status = proc.wait(timeout=240)
+    finally:
+        _stop(proc)
+    return status, out.read_text()
 
 
 class _servers:
