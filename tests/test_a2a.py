@@ -249,6 +249,9 @@ def test_card_urls_point_through_the_proxy_in_both_shapes():
     elsewhere = cards.point_through(card, URL("http://agent:9"), "http://127.0.0.1:8800/remote")
     assert json.dumps(card).count("http://127.0.0.1:8800/remote/a2a/") == 3 and elsewhere == ["http://elsewhere/x"]
     assert cards.proxy_base("evil\r\nX: y", "") is None and cards.proxy_base("[::1]:80", "/a") == "http://[::1]:80/a"
+    grpc = {"supportedInterfaces": [{"url": "http://agent:9/grpc", "protocolBinding": "GRPC"}],
+            "url": "http://agent:9/grpc", "preferredTransport": "GRPC"}
+    assert cards.point_through(grpc, URL("http://agent:9"), "http://proxy") == [] and "proxy" not in json.dumps(grpc)
 
 
 async def test_a_rule_that_cannot_match_leaves_the_reply_unread(remote_agent, make_proxy):

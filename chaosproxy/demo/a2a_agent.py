@@ -56,8 +56,9 @@ def _status(state: str) -> dict[str, Any]:
 class Agent:
     """The tasks it was given (bounded, oldest forgotten first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, work_s: float = WORK_S) -> None:
         self.tasks: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.work_s = work_s
 
     def new_task(self, message: dict[str, Any]) -> dict[str, Any]:
         task_id, context = str(uuid.uuid4()), message.get("contextId") or str(uuid.uuid4())
@@ -73,7 +74,7 @@ class Agent:
         ids = {"taskId": task["id"], "contextId": task["contextId"]}
         task["status"] = _status("WORKING")
         events = [("statusUpdate", {**ids, "status": task["status"]})]
-        await asyncio.sleep(WORK_S)
+        await asyncio.sleep(self.work_s)
         artifact = {"artifactId": str(uuid.uuid4()), "name": "plan", "parts": [{"text": plan(question)}]}
         task["artifacts"] = [artifact]
         events.append(("artifactUpdate", {**ids, "artifact": artifact}))
@@ -131,9 +132,9 @@ async def agent_card(request: web.Request) -> web.Response:
     return web.json_response(card(f"{request.scheme}://{request.host}"))
 
 
-def app() -> web.Application:
+def app(work_s: float = WORK_S) -> web.Application:
     application = web.Application()
-    application[AGENT] = Agent()
+    application[AGENT] = Agent(work_s)
     application.router.add_get("/.well-known/agent-card.json", agent_card)
     application.router.add_post("/a2a", handle)
     return application
@@ -146,8 +147,9 @@ async def start(port: int = 0) -> tuple[web.AppRunner, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description="A small A2A remote agent (v1.0, JSON-RPC) on loopback.")
     parser.add_argument("--port", type=int, default=9031)
-    port = parser.parse_args().port
-    web.run_app(app(), host="127.0.0.1", port=port, access_log=None, print=lambda *_: None)
+    parser.add_argument("--work-ms", type=float, default=WORK_S * 1000, help="how long a task works (default 20)")
+    args = parser.parse_args()
+    web.run_app(app(args.work_ms / 1000), host="127.0.0.1", port=args.port, access_log=None, print=lambda *_: None)
 
 
 if __name__ == "__main__":

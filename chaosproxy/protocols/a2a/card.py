@@ -25,15 +25,22 @@ def proxy_base(host: str | None, prefix: str) -> str | None:
 
 
 def interface_urls(card: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    """(object, key) of every URL a client may send its calls to, in both card shapes."""
+    """(object, key) of every URL a client may send its calls to over HTTP/1.1, in both card shapes. gRPC
+    interfaces are left out: they speak HTTP/2, which the proxy does not relay (pointed at it, they would
+    fail; left alone, the client calls the remote agent directly)."""
     found: list[tuple[dict[str, Any], str]] = []
-    if isinstance(card.get("url"), str):
+    if isinstance(card.get("url"), str) and not _grpc(card.get("preferredTransport")):
         found.append((card, "url"))
     for key in ("supportedInterfaces", "additionalInterfaces"):
         interfaces = card.get(key)
         if isinstance(interfaces, list):
-            found += [(one, "url") for one in interfaces if isinstance(one, dict) and isinstance(one.get("url"), str)]
+            found += [(one, "url") for one in interfaces if isinstance(one, dict) and isinstance(one.get("url"), str)
+                      and not _grpc(one.get("protocolBinding", one.get("transport")))]
     return found
+
+
+def _grpc(binding: Any) -> bool:
+    return isinstance(binding, str) and binding.upper() == "GRPC"
 
 
 def point_through(card: dict[str, Any], upstream: URL, base: str) -> list[str]:
