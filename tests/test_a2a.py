@@ -9,7 +9,13 @@ import json
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
-from a2a.types.a2a_pb2 import GetTaskRequest, TaskPushNotificationConfig, TaskState
+from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    TaskPushNotificationConfig,
+    TaskState,
+)
 
 from chaosproxy.protocols.a2a import card as cards
 from tests.a2a_support import (
@@ -111,12 +117,15 @@ async def test_task_stuck_seen_by_the_clients_polling_loop(remote_agent, make_pr
         for _ in range(5):  # the client's own loop: poll, wait, poll again
             states.append((await client.get_task(GetTaskRequest(id=task.id))).status.state)
             await asyncio.sleep(0.05)
+        listed = list((await client.list_tasks(ListTasksRequest())).tasks) if version == "1.0" else []  # (v0.3: none)
     async with a2a_client(remote_agent.url, binding, streaming=False, version=version) as direct:
         real = await direct.get_task(GetTaskRequest(id=task.id))
     assert task.status.state == TaskState.TASK_STATE_WORKING and not task.artifacts
     assert set(states) == {TaskState.TASK_STATE_WORKING}
+    assert all(one.status.state == TaskState.TASK_STATE_WORKING and not one.artifacts for one in listed)
+    assert version == "0.3" or task.id in [one.id for one in listed]  # (the remote agent's other tasks too)
     assert real.status.state == TaskState.TASK_STATE_COMPLETED
-    assert len([line for line in proxy.events("fault") if line["fault"] == "task_stuck"]) == 6
+    assert len([line for line in proxy.events("fault") if line["fault"] == "task_stuck"]) == 6 + len(listed)
 
 
 @pytest.mark.parametrize("binding,version", [(JSONRPC, "1.0"), (REST, "1.0"), (JSONRPC, "0.3")])
@@ -199,14 +208,14 @@ async def test_stream_drop_keeping_the_final_event(remote_agent, make_proxy):
     assert [event.WhichOneof("payload") for event in seen] == ["task", "status_update"]
 
 
-@pytest.mark.parametrize("binding", [JSONRPC, REST])
-async def test_push_lost(remote_agent, make_proxy, binding):
+@pytest.mark.parametrize("binding,version", [(JSONRPC, "1.0"), (REST, "1.0"), (JSONRPC, "0.3")])
+async def test_push_lost(remote_agent, make_proxy, binding, version):
     """A webhook given with the message: without the fault the remote agent posts to it; with it,
     nothing ever comes, though the task completes."""
     for scenario, expect_push in (("rules: []", True), (rules({"fault": {"type": "push_lost"}}), False)):
         proxy = make_proxy(scenario, to=remote_agent.url)
         remote_agent.webhook.received.clear()
-        async with a2a_client(proxy.url, binding, streaming=False) as client:
+        async with a2a_client(proxy.url, binding, streaming=False, version=version) as client:
             request = question()
             request.configuration.task_push_notification_config.CopyFrom(
                 TaskPushNotificationConfig(url=remote_agent.webhook.url, token="t"))
@@ -214,6 +223,23 @@ async def test_push_lost(remote_agent, make_proxy, binding):
             await asyncio.sleep(0.5)  # (notifications go out as the task's events happen: all within this)
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
         assert bool(remote_agent.webhook.received) is expect_push
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, REST])
+async def test_push_lost_on_a_config_set_for_a_task(remote_agent, make_proxy, binding):
+    """A webhook set for a task after it began: the client is told it is set, the remote agent never hears
+    of it (asked, it knows no such configuration)."""
+    proxy = make_proxy(rules({"fault": {"type": "push_lost"}}), to=remote_agent.url)
+    async with a2a_client(proxy.url, binding, streaming=False) as client:
+        task = final_task(await events(client, question()))
+        config = TaskPushNotificationConfig(task_id=task.id, url=remote_agent.webhook.url, token="t")
+        stored = await client.create_task_push_notification_config(config)
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id))
+    assert stored.url == remote_agent.webhook.url and stored.task_id == task.id
+    assert not listed.configs
+    [line] = proxy.events("fault")
+    assert line["fault"] == "push_lost" and line["action"] == "reply"
 
 
 @pytest.mark.parametrize("binding,version", [(JSONRPC, "1.0"), (REST, "0.3")])

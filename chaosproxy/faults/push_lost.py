@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from chaosproxy.engine.actions import Reply, Rewrite
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
@@ -17,13 +17,14 @@ class PushLost(Fault):
 
     component = Component.TRANSITION
     level = Level.A2A
-    methods = a2a.SENDS | {a2a.CREATE_PUSH_CONFIG}
+    # the A2A methods it acts on, by their v1.0 names (`methods` would meet v0.3's own names on the wire)
+    a2a_methods: ClassVar[frozenset[str]] = a2a.SENDS | {a2a.CREATE_PUSH_CONFIG}
 
     def act(self, ctx: FaultContext) -> Reply | Rewrite | None:
         msg = ctx.message
         call, rpc = msg.a2a, msg.rpc or {}
         params = rpc.get("params")
-        if call is None or not isinstance(params, dict):
+        if call is None or call.method not in self.a2a_methods or not isinstance(params, dict):
             return None
         if call.method == a2a.CREATE_PUSH_CONFIG:  # answered as if stored; the remote agent never hears of it
             return Reply({"jsonrpc": "2.0", "id": rpc.get("id"), "result": _as_stored(params, call.task_id)})

@@ -35,10 +35,13 @@ from chaosproxy.protocols.a2a.wire import A2aCall, Piece
 from chaosproxy.protocols.llm.relay import key_of
 from chaosproxy.protocols.tasks import TaskState
 from chaosproxy.telemetry.log import ops
+from chaosproxy.telemetry.redact import redacted_url
 
 MAX_SESSIONS = 1024
 MAX_TASKS = 4096  # per session: task ordinals, states and held results, oldest forgotten first
 MAX_EVENT = 16 << 20
+MAX_TOLD = 64  # things said once per route (URLs a card names elsewhere, ...): beyond, nothing more is said
+MAX_URL_SHOWN = 200
 
 
 class _Bounded[K, V](OrderedDict[K, V]):
@@ -139,7 +142,7 @@ class A2aRelay:
         return A2aExchange(self, msg, call, memory)
 
     def tell_once(self, msg: Message, topic: str, reason: str) -> None:
-        if topic not in self._told:
+        if topic not in self._told and len(self._told) < MAX_TOLD:
             self._told.add(topic)
             self.skip(msg, reason)
 
@@ -285,8 +288,9 @@ class A2aExchange:
         else:
             before = orjson.dumps(card)
             for url in cards.point_through(card, relay.upstream, base):
-                relay.tell_once(msg, url, f"the agent card names {url}, which is not under this route's upstream: "
-                                          "calls to it do not go through the proxy (add a route for it)")
+                shown = redacted_url(url)[:MAX_URL_SHOWN]  # the remote agent's words: no secret, bounded
+                relay.tell_once(msg, shown, f"the agent card names {shown}, which is not under this route's "
+                                            "upstream: calls to it do not go through the proxy (add a route for it)")
             changed = orjson.dumps(card) != before
         if self.interest.cards:
             call = A2aCall(self.call.method, self.call.version, self.call.binding, agent=relay.agent, kind="card")
