@@ -27,6 +27,7 @@ from chaosproxy.engine.scenario import (
     order_warnings,
     read_text,
 )
+from chaosproxy.errors import ConfigError
 from chaosproxy.harness import command as inspect_command
 from chaosproxy.report import command as report_command
 from chaosproxy.telemetry.log import ops, setup_operational_log
@@ -367,11 +368,11 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
                         await proxy.stop()
             try:
                 run_async(serve())
-            except (_control_config_error(), OSError) as exc:  # the log's run line must not read as a run
+            except (ConfigError, OSError) as exc:  # the log's run line must not read as a run
                 engine.log.error(error=f"did not start: {exc.strerror if isinstance(exc, OSError) else exc}")
                 raise
-    except _control_config_error() as exc:
-        print(f"chaosproxy: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        print(_said(exc), file=sys.stderr)
         return EXIT_INVALID
     except OSError as exc:
         print(f"chaosproxy {args.command}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
@@ -404,15 +405,9 @@ async def _controlled(engine: Any, args: argparse.Namespace) -> AsyncIterator[An
         flusher.cancel()
 
 
-class _NeverRaised(Exception):
-    pass
-
-
-def _control_config_error() -> type[Exception]:
-    """ControlConfigError, if the control API was loaded (only it raises that), without loading it: an
-    `except` clause evaluates this only when an exception is on its way."""
-    control = sys.modules.get("chaosproxy.control.api")
-    return control.ControlConfigError if control is not None else _NeverRaised
+def _said(problem: ConfigError) -> str:
+    """A ConfigError as the command line says it: a scenario's FILE:LINE problems as they are."""
+    return str(problem) if isinstance(problem, ScenarioError) else f"chaosproxy: {problem}"
 
 
 def _control_token(args: argparse.Namespace) -> str | None:
@@ -468,8 +463,8 @@ def _stdio(args: argparse.Namespace) -> int:
                              engine.seed, len(engine.scenario.rules))
                     return await StdioRelay(engine, server, recorder=recorder).run(agent_in, agent_out)
             return run_async(relay())
-    except (ScenarioError, cassette_command.CassetteError, _control_config_error()) as exc:
-        print(exc if isinstance(exc, ScenarioError) else f"chaosproxy: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        print(_said(exc), file=sys.stderr)
         return EXIT_INVALID
     except SpawnError as exc:
         print(exc, file=sys.stderr)

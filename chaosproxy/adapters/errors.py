@@ -4,8 +4,10 @@ Kept apart from `h1` and `http`, which may be compiled (see `compiled`): a compi
 cannot be exception classes that others extend with builtin bases (`UpstreamTimeout` is a `TimeoutError`).
 """
 
+from chaosproxy.errors import ChaosproxyError
 
-class UpstreamError(Exception):
+
+class UpstreamError(ChaosproxyError):
     """The upstream broke the exchange: refused, closed early, or sent what HTTP does not allow."""
 
 

@@ -43,6 +43,7 @@ from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.message import Message, Phase, mirrored_headers
 from chaosproxy.engine.sessions import AGENT_HEADER, agent_name
+from chaosproxy.errors import ConfigError
 from chaosproxy.protocols import streams
 from chaosproxy.protocols.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.protocols.llm.stream import Editor
@@ -129,7 +130,7 @@ def _glob_regex(glob: str) -> str:
     return "".join(".*" if char == "*" else "." if char == "?" else re.escape(char) for char in glob)
 
 
-class ConfdirError(ValueError):
+class ConfdirError(ConfigError):
     """The CA directory cannot be used as given."""
 
 

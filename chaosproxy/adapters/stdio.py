@@ -40,6 +40,7 @@ from chaosproxy.engine.actions import (
 )
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase
+from chaosproxy.errors import ChaosproxyError
 from chaosproxy.protocols.mcp import error_reply
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Outcome
@@ -57,7 +58,7 @@ GUARDIAN = "trap '' HUP INT TERM; while read -r _; do :; done; kill -KILL 0"  # 
 HTTP_ERROR = -32000  # what an HTTP bridge in front of a stdio server reports for an HTTP error
 
 
-class SpawnError(Exception):
+class SpawnError(ChaosproxyError):
     """The server command cannot run; `status` is what a shell would exit with (127, 126)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -472,7 +473,7 @@ class StdioRelay:
         """Carry out the fired faults' actions on one message, in rule order (fail open on a bug)."""
         try:
             await self._carry_out(msg, newline, actions, call, pipe, arrived)
-        except Exception:
+        except Exception:  # fail open: the line passes as it came
             ops.exception("stdio: carrying out %s failed; passing the line through", actions)
             await pipe.send(original + newline)
 

@@ -51,6 +51,8 @@ from typing import Any
 
 import orjson
 
+from chaosproxy.errors import ConfigError
+
 FORMAT_VERSION = 1
 CASSETTE_FILE = "cassette.jsonl"
 BODIES = "bodies"
@@ -62,7 +64,7 @@ SIDES = ("client", "server")
 Headers = list[tuple[str, str]]
 
 
-class CassetteError(ValueError):
+class CassetteError(ConfigError):
     """A cassette that cannot be read or written: the message names the file, the line and the reason."""
 
 

@@ -244,7 +244,7 @@ class ReplayServer:
         def ended(_: Headers) -> None:
             try:
                 self._answer(exchange, b"".join(pieces), size[0])
-            except Exception:  # never a request left unanswered, nor a 500 for the replay's own failure
+            except Exception:  # fail open: never a request left unanswered, nor a 500 for the replay's failure
                 ops.exception("replay: answering %s %s failed", exchange.head.method, exchange.head.target)
                 self._error(exchange, 502, "chaosproxy replay: internal error (see its log)", None)
 

@@ -70,6 +70,7 @@ from chaosproxy.engine.named_files import ScenarioFiles
 from chaosproxy.engine.scenario import Scenario, ScenarioError, keep_routes, off_loop, parse_scenario
 from chaosproxy.engine.sessions import SCOPE_HEADER
 from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
+from chaosproxy.errors import ConfigError
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Event
 from chaosproxy.telemetry.metrics import LogMetrics
@@ -85,7 +86,7 @@ CONSOLE_POLICY = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'un
                   "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-class ControlConfigError(ValueError):
+class ControlConfigError(ConfigError):
     """The control API cannot start as configured."""
 
 

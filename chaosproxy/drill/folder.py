@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaosproxy.errors import ConfigError
+
 RESULTS_FILE = "results.jsonl"
 DRILL_FILE = "drill.json"
 STATUSES = ("passed", "failed", "timeout", "error")
@@ -26,7 +28,7 @@ QUOTED = 40  # characters of a value quoted in a warning (what a results line ho
 EXECUTION_SETTINGS = frozenset({"out", "jobs", "executor", "ray_address", "ray_num_cpus", "workdir"})
 
 
-class DrillFolderError(ValueError):
+class DrillFolderError(ConfigError):
     """A folder that cannot be read as a drill; the message names the folder or file and says why."""
 
 

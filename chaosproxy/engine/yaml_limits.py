@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from chaosproxy.errors import ConfigError
+
 MAX_DOCUMENT_BYTES = 256 << 10  # a hand-written scenario is a few KiB; 256 KiB parses in ~0.2 s
 MAX_DEPTH = 64  # collections inside collections; orjson and pydantic refuse far less deep data anyway
 MAX_EXPANDED_NODES = 100_000  # nodes once every alias is expanded (an alias bomb's real size)
@@ -24,7 +26,7 @@ class BoundedLoader(BaseLoader):  # type: ignore[valid-type,misc]
     """The safe loader (libyaml's when installed); use it through `compose`, which applies the limits."""
 
 
-class YamlProblems(ValueError):
+class YamlProblems(ConfigError):
     """Problems with a YAML document, one 'SOURCE:LINE: reason' string each."""
 
     def __init__(self, problems: list[str]) -> None:

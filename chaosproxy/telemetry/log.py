@@ -223,7 +223,7 @@ class PerturbationLog:
         for listener in self._listeners:
             try:
                 listener(line)
-            except Exception:  # a broken listener must not break the traffic that is being logged
+            except Exception:  # fail open: a broken listener must not break the traffic being logged
                 ops.exception("log listener %r failed", listener)
 
     def _serialise_calls(self) -> None:

@@ -156,7 +156,7 @@ class Exporter:
         encoder = self.encoder
         try:
             body = encoder.request([span.encoded(encoder) for span in batch])
-        except Exception:  # a bug here must not end the thread (the queue would only fill)
+        except Exception:  # fail open: a bug here must not end the thread (the queue would only fill)
             ops.exception("OpenTelemetry: %d spans could not be encoded", len(batch))
             self.failed += len(batch)
             return

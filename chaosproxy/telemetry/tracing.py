@@ -253,7 +253,7 @@ class OtlpTracing(Tracing):
               session_id: str | None = None, root: int = 0) -> dict[str, str]:
         try:
             return self._start(msg, network, url, session_id, root)
-        except Exception:  # a bug in tracing fails open: the call goes on untraced, as the agent sent it
+        except Exception:  # fail open: a bug in tracing leaves the call untraced, as the agent sent it
             ops.exception("OpenTelemetry: the span of a call over %s could not be opened; the call goes on "
                           "without it", network)
             msg.trace = None

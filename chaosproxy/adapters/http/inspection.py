@@ -120,7 +120,7 @@ class Inspection:
                 call.outcome = Outcome.CLIENT_DISCONNECTED
             else:
                 self.proxy.upstream_failed(exchange, call, self.route, exc)
-        except Exception:
+        except Exception:  # fail open: the proxy's own failure answered 502 (internal_error), never a 500
             self.proxy.internal_error(exchange, call)
         finally:
             if by_address:

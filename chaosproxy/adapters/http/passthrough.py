@@ -251,7 +251,7 @@ class Passthrough(Call):
         except (ConnectionError, UpstreamError):
             call.outcome = Outcome.CLIENT_DISCONNECTED if exchange.gone else Outcome.UPSTREAM_ERROR
             exchange.abort()
-        except Exception:
+        except Exception:  # fail open: the proxy's own failure answered 502 (internal_error), never a 500
             self.proxy.internal_error(exchange, call)
         finally:
             call.finish(self.proxy.engine)

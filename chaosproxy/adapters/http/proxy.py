@@ -120,7 +120,7 @@ class HttpProxy:
         for conn in list(self.connections):
             try:
                 conn.overdue(now)
-            except Exception:  # one connection's failure must not keep the others open
+            except Exception:  # fail open: one connection's failure must not keep the others open
                 ops.exception("closing an overdue client connection failed")
         self._sweep = loop.call_later(self._sweep_every(), self._close_overdue)
 
@@ -189,7 +189,7 @@ class HttpProxy:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             exchange.on_client_gone = lambda: task.cancel()
-        except Exception:  # never a 500 from the proxy itself: log it once, answer 502, keep serving
+        except Exception:  # fail open: never a 500 from the proxy itself: logged once, a 502, serving on
             self.internal_error(exchange, call or Call(msg))
 
     def _scoped(self, headers: Headers) -> HttpProxy | None:
@@ -386,7 +386,7 @@ class Deadlines:
             del waiting[passthrough]
             try:
                 passthrough.timed_out()
-            except Exception:  # one call's failure must not stop the others' deadlines
+            except Exception:  # fail open: one call's failure must not stop the others' deadlines
                 ops.exception("handling an upstream timeout failed")
 
     def close(self) -> None:

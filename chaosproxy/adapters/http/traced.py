@@ -44,5 +44,5 @@ class TracedPassthrough(Passthrough):
             start_span(self.proxy.engine, exchange, self, self.route, self.target)
             self.body = msg.body  # with the proxy's context in its _meta
             super().start()
-        except Exception:
+        except Exception:  # fail open: the proxy's own failure answered 502 (internal_error), never a 500
             self.proxy.internal_error(exchange, self)

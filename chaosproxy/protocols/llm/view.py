@@ -19,6 +19,7 @@ import orjson
 
 from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.engine.message import Message, Phase
+from chaosproxy.errors import ChaosproxyError
 
 PROMPT = "llm/prompt"
 COMPLETION = "llm/completion"
@@ -27,7 +28,7 @@ ORIGINAL = "_chaosproxy_original"  # inside an MCP-shaped tool: the index of the
 # from; inside a content item: the format's own part (an image) that has no MCP form here
 
 
-class FormatError(ValueError):
+class FormatError(ChaosproxyError, ValueError):
     """A body that is not what this format's endpoint takes or returns: it passes through untouched."""
 
 
