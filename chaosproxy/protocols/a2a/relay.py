@@ -70,7 +70,6 @@ class _Interest:
     pieces: bool  # rules on replies' messages: A2A pieces and their texts
     requests: bool  # rules on requests' messages (REST requests are read into JSON-RPC form for them)
     cards: bool  # rules on the card itself (agent_card_drift)
-    holds: bool  # a rule that holds results back (input-required loops)
     by_state: bool  # a rule on replies names a task state (known from each piece only)
 
 
@@ -81,7 +80,6 @@ def _interest(scenario: Scenario) -> _Interest:
         pieces=bool(replies),
         requests=any(rule.fault.phase is Phase.REQUEST for rule in rules),
         cards=any(fault.methods is not None and fault.methods & a2a.CARDS for fault in replies),
-        holds=any(isinstance(fault, TaskStateFault) and fault.holds_results for fault in replies),
         by_state=any(rule.match.task_state is not None for rule in rules if rule.fault.phase is Phase.RESPONSE),
     )
 
@@ -222,7 +220,7 @@ class A2aExchange:
         before = view.rpc
         for fired in self._decide(view):
             if isinstance(fired.action, Reply):
-                return self._respond(fired.action.message)
+                return _rest_answer(fired.action.message)
         if view.rpc is not before and isinstance(params := (view.rpc or {}).get("params"), dict):
             self.msg.body = orjson.dumps(params)
         return None
@@ -238,7 +236,7 @@ class A2aExchange:
         answered = holder["result"]
         if not any(self._holding(name) for name in self.faults):
             del self.memory.held[task_id]  # let go: the agent has the real result now
-        result = wire.send_result(self.call, "task", answered, self.call.method == a2a.SEND_STREAMING_MESSAGE)
+        result = wire.task_result(self.call, answered)
         body = wire.result_body(self.call, self.rpc_id, result)
         if self.call.method == a2a.SEND_STREAMING_MESSAGE:
             return Respond(200, wire.sse_event(body), {"Content-Type": "text/event-stream"})
@@ -248,17 +246,6 @@ class A2aExchange:
         return any(r.name == rule and isinstance(r.fault, TaskStateFault) and r.fault.holds_results
                    for r in self.engine.scenario.rules)
 
-    def _respond(self, message: dict[str, Any]) -> Respond:
-        """A fault's JSON-RPC answer as the request's binding writes it (REST: an error's code as the status)."""
-        if self.call.binding == wire.JSONRPC:
-            return Respond(200, orjson.dumps(message), {"Content-Type": "application/json"})
-        if "error" in message:
-            error = message["error"] if isinstance(message["error"], dict) else {}
-            code = error.get("code")
-            status = code if isinstance(code, int) and 400 <= code <= 599 else 500
-            return Respond(status, orjson.dumps({"error": {"code": status, "message": error.get("message")}}),
-                           {"Content-Type": "application/json"})
-        return Respond(200, orjson.dumps(message.get("result")), {"Content-Type": "application/json"})
 
     # --- the card ----------------------------------------------------------------------------
 
@@ -475,6 +462,18 @@ class A2aExchange:
         fired = self.engine.decide(message, wire=False, key=key)
         self.faults.extend(f.rule.name for f in fired)
         return fired
+
+
+def _rest_answer(message: dict[str, Any]) -> Respond:
+    """A fault's JSON-RPC answer to a REST request, as HTTP+JSON writes it (an error: its code the status,
+    when it is one)."""
+    if "error" in message:
+        error = message["error"] if isinstance(message["error"], dict) else {}
+        code = error.get("code")
+        status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+        return Respond(status, orjson.dumps({"error": {"code": status, "message": error.get("message")}}),
+                       {"Content-Type": "application/json"})
+    return Respond(200, orjson.dumps(message.get("result")), {"Content-Type": "application/json"})
 
 
 def _build(snapshot: dict[str, Any], piece: Piece) -> None:

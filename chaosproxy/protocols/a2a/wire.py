@@ -311,13 +311,12 @@ def result_body(call: A2aCall, rpc_id: Any, result: Any) -> bytes:
     return orjson.dumps(result)
 
 
-def send_result(call: A2aCall, piece_kind: str, obj: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """How a task or message answers a send (or is an event of a stream): v1.0 wraps it by kind, v0.3
-    tags it (and its tasks answer a send bare)."""
+def task_result(call: A2aCall, task: dict[str, Any]) -> dict[str, Any]:
+    """How a task answers a send (or is a stream's event), as `call`'s version and binding write it: v0.3's
+    JSON-RPC bare and tagged with its `kind`, the others wrapped."""
     if call.version == "0.3" and call.binding == JSONRPC:
-        return obj if "kind" in obj else {**obj, "kind": "task" if piece_kind == "task" else "message"}
-    name = {"task": "task", "message": "message", "status": "statusUpdate", "artifact": "artifactUpdate"}[piece_kind]
-    return {name: obj} if stream or piece_kind in ("task", "message") else obj
+        return task if "kind" in task else {**task, "kind": "task"}
+    return {"task": task}
 
 
 def sse_event(data: bytes) -> bytes:
