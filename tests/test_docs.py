@@ -77,13 +77,13 @@ def test_the_fault_reference_lists_every_registered_fault(site: Path) -> None:
     assert shown == all_faults().keys()
     for name, cls in all_faults().items():
         section = page.split(f'<h3 id="{name}">', 1)[1].split("<h3 ", 1)[0]
-        assert html.escape(cls.summary(), quote=False) in section, name
+        assert cls.summary().replace("`", "") in html.unescape(re.sub(r"<[^>]+>", "", section)), name
         assert f"<strong>{cls.component}</strong>" in section and f"<code>{cls.level}</code>" in section, name
         for key, info in cls.model_fields.items():
             if key != "type":
                 assert f"<code>{key}</code>" in section, (name, key)
                 assert ("required" if info.is_required() else "<code>") in section, (name, key)
-        assert "Reproduces:" in section and 'class="language-yaml' in section, name
+        assert "Reproduces:" in section and '<span class="nt">rules</span>' in section, name  # its example
 
 
 def test_every_example_in_the_fault_reference_is_a_valid_scenario_of_its_fault() -> None:
@@ -107,6 +107,11 @@ def test_the_reference_says_what_a_bundled_scenario_reproduces() -> None:
     assert f"**Reproduces:** {reproduces} (`scenarios/transition/server_error.yaml`)" in section
 
 
+def test_a_fault_without_a_bundled_scenario_fails_the_build_naming_the_file_to_write() -> None:
+    with pytest.raises(ValueError, match=r"scenarios/transition/latency\.yaml"):
+        _reference().fault_section("latency", all_faults()["latency"], None)
+
+
 def mode_table() -> list[dict[str, str]]:
     """The README's "Which mode do I need" rows, by column."""
     text = README.read_text().split("## Which mode do I need", 1)[1].split("\n## ", 1)[0]
@@ -119,7 +124,7 @@ def mode_table() -> list[dict[str, str]]:
 # What each mode's --help must say for the table's row to be true of it.
 HELP_SAYS = {
     "run": ("MCP", "streamable", "base_url", ".../v1", "anthropic", "--upstream URL", "--route PREFIX=URL"),
-    "stdio": ("MCP", "--scenario FILE", "-- COMMAND"),
+    "stdio": ("MCP", "--scenario FILE scenario YAML", "-- COMMAND"),  # its usage and its options agree
     "mitm": ("HTTPS_PROXY", "[mitm]", "--hosts"),
 }
 
@@ -159,10 +164,21 @@ def test_the_top_level_help_says_what_chaosproxy_is() -> None:
 
 
 def test_report_and_demo_help_open_with_what_they_do() -> None:
-    assert _help("report").split("usage:", 1)[1].split(" ", 1)[1].find("The robustness profile") > 0
+    report = _help("report")
+    assert "The robustness profile of a drill" in report and "their flags and what they write" not in report
     demo = _help("demo")
     assert "an MCP server and a model API" in demo and "three scripted agents" in demo
     assert "printed as it goes" not in demo and "temporary folder" in demo
+
+
+def test_the_blocks_that_run_keep_their_files_in_their_own_folder() -> None:
+    """A block once logged to /tmp/llm-faults.jsonl: every test run wrote the file the reader was told to read."""
+    from tests.test_readme import BLOCKS
+
+    running = [b for b in BLOCKS if b.lang in ("sh", "python") and "skip" not in b.options]
+    assert len(running) >= 10
+    for block in running:
+        assert not re.search(r"(?<![\w.])/tmp/", block.text), f"{block.id} names a file under /tmp"
 
 
 def test_the_docs_name_every_page_in_the_nav() -> None:

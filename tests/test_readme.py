@@ -263,7 +263,8 @@ def _script_line(block: Block, text: str, work: Path) -> str:
 
 
 def _run_script(script: str, work: Path, out: Path) -> tuple[int, str]:
-    proc = _spawn(["bash", "-c", "set -eo pipefail\n" + script], out, cwd=work)
+    """Run a script in `work` (its temporary files too: the demo's log and report), bounded in time."""
+    proc = _spawn(["bash", "-c", "set -eo pipefail\n" + script], out, cwd=work, temp=work)
     try:
         status = proc.wait(timeout=240)
     finally:
@@ -302,15 +303,17 @@ def _with_ports(text: str, ports: dict[str, int]) -> str:
     return text
 
 
-def _env() -> dict[str, str]:
+def _env(temp: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAOSPROXY_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)
+    if temp is not None:
+        env["TMPDIR"] = str(temp)
     return env
 
 
-def _spawn(command: list[str], out: Path, cwd: Path | None = None) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=cwd or ROOT, env=_env(), stdout=out.open("w"), stderr=subprocess.STDOUT,
+def _spawn(command: list[str], out: Path, cwd: Path | None = None, temp: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=cwd or ROOT, env=_env(temp), stdout=out.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 

@@ -1,9 +1,9 @@
 """The fault reference (docs/faults.md), written from the registry when the site is built (an mkdocs hook).
 
 Each fault type gets its component, level, summary, parameters (type, default, what each says), what it
-reproduces and an example rule. The last two come from the bundled scenario that uses the type
-(`scenarios/<component>/*.yaml`, its `# Reproduces:` comment and its rule); a type no bundled scenario
-uses gets its docstring and a rule with its defaults. `python docs/hooks/fault_reference.py` prints it.
+reproduces and an example rule. The last two come from the bundled scenario that uses the type (one in
+`scenarios/<component>/` first: its `# Reproduces:` comment and its rule); a type without one fails the
+build, naming the scenario to write. `python docs/hooks/fault_reference.py` prints the page's text.
 """
 
 from __future__ import annotations
@@ -49,21 +49,15 @@ def _by_component(item: tuple[str, Any]) -> tuple[int, str]:
 
 def fault_section(name: str, cls: Any, bundled: tuple[Path, str, dict[str, Any]] | None) -> str:
     """One fault's section: heading, summary, parameters, what it reproduces, an example rule."""
-    lines = [f"### `{name}` {{#{name}}}", "",
-             f"**{cls.component}** · level `{cls.level}` · {cls.summary()}", ""]
-    lines += parameter_table(cls) + [""]
-    if bundled is not None:
-        path, reproduces, rule = bundled
-        where = path.relative_to(ROOT)
-        lines += [f"**Reproduces:** {reproduces or cls.summary()} (`{where}`)", "", "Example, from that scenario:"]
-    else:
-        rest = " ".join(line.strip() for line in (cls.__doc__ or "").strip().splitlines()[1:] if line.strip())
-        lines += [f"**Reproduces:** {rest} (no bundled scenario uses it yet)" if rest else
-                  "**Reproduces:** what the line above says; no bundled scenario uses it yet.", "",
-                  "Example, with the defaults:"]
-        rule = {"name": name.replace("_", "-"), "fault": {"type": name}}
-    lines += ["", "```yaml", yaml.safe_dump({"rules": [rule]}, sort_keys=False, width=100).rstrip(), "```", ""]
-    return "\n".join(lines)
+    if bundled is None:  # tests/test_scenario_library.py asks for one too
+        raise ValueError(f"fault {name}: no bundled scenario uses it (scenarios/{cls.component}/{name}.yaml)")
+    path, reproduces, rule = bundled
+    return "\n".join([
+        f"### `{name}` {{#{name}}}", "", f"**{cls.component}** · level `{cls.level}` · {cls.summary()}", "",
+        *parameter_table(cls), "",
+        f"**Reproduces:** {reproduces or cls.summary()} (`{path.relative_to(ROOT)}`)", "",
+        "Example, from that scenario:", "",
+        "```yaml", yaml.safe_dump({"rules": [rule]}, sort_keys=False, width=100).rstrip(), "```", ""])
 
 
 def parameter_table(cls: Any) -> list[str]:
