@@ -69,7 +69,7 @@ def _card(base: str, version: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=f"{base}/a2a/jsonrpc", protocol_binding=JSONRPC, protocol_version=version),
             AgentInterface(url=f"{base}/a2a/rest", protocol_binding=REST, protocol_version=version)],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id="geography", name="Geography", description="Facts about countries and cities.",
                            tags=["geography"], examples=["What is the capital of France?"])])
@@ -94,7 +94,8 @@ async def _serve(port: int, webhook_port: int) -> tuple[dict[uvicorn.Server, asy
     store = InMemoryPushNotificationConfigStore()
     sender = BasePushNotificationSender(httpx.AsyncClient(), store, push_url_validator=_any_url)
     handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), _card(base, "1.0"), push_config_store=store,
-                                    push_sender=sender, push_url_validator=_any_url)
+                                    push_sender=sender, push_url_validator=_any_url,
+                                    extended_agent_card=_card(base, "1.0"))
     routes = [*create_agent_card_routes(_card(base, "1.0")),
               *create_agent_card_routes(_card(base, "0.3"), card_url=V03_CARD),
               *create_jsonrpc_routes(handler, "/a2a/jsonrpc", enable_v0_3_compat=True),

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver
 from a2a.types.a2a_pb2 import (
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
@@ -266,6 +267,18 @@ async def test_transport_faults_as_they_are(remote_agent, make_proxy, binding, v
             await events(client, question())
     assert "503" in str(failure.value)
     assert [line["fault"] for line in proxy.events("fault")] == ["http_error"]
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, REST])
+async def test_the_extended_card_drifts_and_points_through_the_proxy(remote_agent, make_proxy, binding):
+    """The extended card a client asks for (GetExtendedAgentCard) is a card too: its URLs through the proxy,
+    the card faults acting on it."""
+    proxy = make_proxy(rules({"fault": {"type": "agent_card_drift", "remove": 1},
+                              "match": {"a2a_method": "GetExtendedAgentCard"}}), to=remote_agent.url)
+    async with a2a_client(proxy.url, binding, streaming=False) as client:
+        extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    assert not extended.skills
+    assert all(interface.url.startswith(proxy.url) for interface in extended.supported_interfaces)
 
 
 def test_card_urls_point_through_the_proxy_in_both_shapes():

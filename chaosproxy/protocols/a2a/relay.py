@@ -175,8 +175,9 @@ class A2aExchange:
         """True when the reply must be read: a card (its URLs), or a reply some rule may change (judged
         once, from the request: its method, agent and skill; a rule on a task state may match any reply)."""
         if self._watching is None:
-            self._watching = self.card or (self.interest.pieces and (self.interest.by_state or any(
-                self.engine.candidates(self._probe(method)) for method in (self.call.method, "tools/call"))))
+            self._watching = self.card or self.call.method == a2a.GET_EXTENDED_CARD or (
+                self.interest.pieces and (self.interest.by_state or any(
+                    self.engine.candidates(self._probe(method)) for method in (self.call.method, "tools/call"))))
         return self._watching
 
     def _probe(self, method: str) -> Message:
@@ -259,11 +260,22 @@ class A2aExchange:
             return 200, payload
 
     def _relay_card(self, payload: bytes, headers: MutableMapping[str, str]) -> tuple[int, bytes]:
-        msg, relay = self.msg, self.relay
         card = wire.json_value(payload)
         if not isinstance(card, dict):
-            relay.skip(msg, "the agent card is not a JSON object: relayed as it came")
+            self.relay.skip(self.msg, "the agent card is not a JSON object: relayed as it came")
             return 200, payload
+        card, changed = self._card_as_agent_gets(card)
+        body = orjson.dumps(card) if changed else payload
+        if self.interest.cards:  # its own validator: a card that drifts must not be revalidated by upstream's
+            headers["ETag"] = tag = cards.etag(body)
+            if cards.if_none_match_hits(self.msg.headers.get("If-None-Match"), tag):
+                return 304, b""
+        return 200, body
+
+    def _card_as_agent_gets(self, card: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """A card (public, or the extended one) as the agent gets it, and whether that is not as it came:
+        its URLs through the proxy, the faults on cards decided. What it says of the agent is learnt."""
+        msg, relay = self.msg, self.relay
         relay.served_card = True
         relay.agent = card.get("name") if isinstance(card.get("name"), str) else None
         relay.skills = cards.skill_ids(card)
@@ -289,12 +301,7 @@ class A2aExchange:
             relay.tell_once(msg, "signatures", "the agent card is signed: the proxy changed it (its URLs, or a "
                                                "fault), so its signatures no longer verify; a client that verifies "
                                                "signatures rejects it")
-        body = orjson.dumps(card) if changed else payload
-        if self.interest.cards:  # its own validator: a card that drifts must not be revalidated by upstream's
-            headers["ETag"] = tag = cards.etag(body)
-            if cards.if_none_match_hits(msg.headers.get("If-None-Match"), tag):
-                return 304, b""
-        return 200, body
+        return card, changed
 
     # --- replies -----------------------------------------------------------------------------
 
@@ -308,6 +315,8 @@ class A2aExchange:
                 return payload
             holder, unwrap = held
             changed = False
+            if self.call.method == a2a.GET_EXTENDED_CARD and isinstance(holder["result"], dict):
+                holder["result"], changed = self._card_as_agent_gets(holder["result"])
             for piece in wire.pieces(holder):
                 changed |= self._decide_piece(piece, self.call.piece(piece))
             return orjson.dumps(unwrap(holder)) if changed else payload

@@ -40,7 +40,7 @@ class A2aCall:
     skill: str | None = None
     agent: str | None = None
     state: TaskState | None = None
-    kind: str | None = None  # a reply's piece: task, message, status, artifact, card, push
+    kind: str | None = None  # a reply's piece: task, message, status, artifact, or card
     event: int | None = None  # a stream event's index (0: the first)
     stream: int | None = None  # which of its session's streams a stream event came in (1: the first)
     followup: bool = False  # a message sent to a task already under way (an answer to its question)
@@ -66,6 +66,7 @@ _REST = (  # (HTTP method, path tail, method); a tenant or v0.3's /v1 may come b
     ("GET", re.compile(r"/(?:extendedAgentCard|v1/card)$"), a2a.GET_EXTENDED_CARD),
 )
 _SKILL_KEYS = ("skill", "skillId", "skill_id")
+MAX_SKILL = 256  # a skill named longer (the agent's words: they reach the log as the call's tool) is none
 
 
 def is_card(http_method: str | None, path: str | None) -> bool:
@@ -127,7 +128,8 @@ def _read_send(call: A2aCall, params: Mapping[str, Any]) -> None:
     call.followup = call.task_id is not None
     for metadata in (message.get("metadata"), params.get("metadata")):
         if isinstance(metadata, dict):
-            skill = next((value for key in _SKILL_KEYS if isinstance(value := metadata.get(key), str)), None)
+            skill = next((value for key in _SKILL_KEYS if isinstance(value := metadata.get(key), str)
+                          and len(value) <= MAX_SKILL), None)
             if skill is not None:
                 call.skill = skill
                 return
