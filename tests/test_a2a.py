@@ -50,12 +50,20 @@ async def _exchange(url: str, binding: str, version: str, streaming: bool) -> Wi
     return wire
 
 
+NEVER_FIRES = {"rules": [{"name": f"r{i}", "after": 1_000_000, "fault": fault} for i, fault in enumerate([
+    {"type": "agent_card_drift", "rename": 1}, {"type": "task_stuck"}, {"type": "task_failed"},
+    {"type": "a2a_input_required_loop"}, {"type": "stream_drop"}, {"type": "push_lost"},
+    {"type": "typos", "rate": 0.5}, {"type": "latency", "delay_ms": 1000}])]}
+
+
 @pytest.mark.parametrize("binding,version", BINDINGS)
 @pytest.mark.parametrize("streaming", [False, True])
-async def test_transparent_with_no_rules(remote_agent, make_proxy, binding, version, streaming):
-    """Card, send (whole or streamed) and GetTask, direct and through an idle proxy: the same bytes but for
-    ids and timestamps, and the card's URLs, which point at the proxy (else the client would bypass it)."""
-    proxy = make_proxy(to=remote_agent.url)
+@pytest.mark.parametrize("scenario", ["rules: []", NEVER_FIRES], ids=["no-rules", "never-fires"])
+async def test_transparent_with_no_rules(remote_agent, make_proxy, binding, version, streaming, scenario):
+    """Card, send (whole or streamed) and GetTask, direct and through a proxy with no rule (or with rules of
+    every A2A fault that never fire, so every reply is read): the same bytes but for ids and timestamps, and
+    the card's URLs, which point at the proxy (else the client would bypass it)."""
+    proxy = make_proxy(scenario, to=remote_agent.url)
     direct = await _exchange(remote_agent.url, binding, version, streaming)
     relayed = await _exchange(proxy.url, binding, version, streaming)
     assert [normalized(path.encode()) for _, path, _ in relayed.requests] == \
