@@ -257,6 +257,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=_positive(int), default=_env("MAX_SESSIONS", "10000"), metavar="N",
                         help="hold state for at most N sessions, the least recently used going first "
                              "(default 10000)")
+    parser.add_argument("--session-lines", choices=("summary", "each"), default=_env("SESSION_LINES", "summary"),
+                        help="log sessions dropped idle or evicted in a line per reason every 10 s (summary, the "
+                             "default) or a line each")
     parser.add_argument("--watch", action="store_true", default=_env_flag("WATCH"),
                         help="reload the scenario file when it changes (SIGHUP always reloads it)")
     parser.add_argument("--otel", action="store_true", default=_env_flag("OTEL"),
@@ -351,7 +354,7 @@ def _serve(args: argparse.Namespace, scenario: Scenario, make_proxy: Callable[[A
     try:
         with open_engine(args.scenario, scenario=scenario, seed=args.seed, log_path=args.log,
                          session_ttl=args.session_ttl, max_sessions=args.max_sessions,
-                         otel=args.otel) as engine:
+                         each_session=args.session_lines == "each", otel=args.otel) as engine:
             async def serve() -> None:
                 async with _controlled(engine, args) as control:
                     proxy = make_proxy(engine)

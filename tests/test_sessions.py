@@ -32,8 +32,13 @@ rules:
 
 
 class Proxy:
-    def __init__(self, port: int, control: int, log: Path) -> None:
-        self.port, self.control, self.log = port, control, log
+    def __init__(self, port: int, control: int, log: Path, proc: subprocess.Popen[bytes]) -> None:
+        self.port, self.control, self.log, self.proc = port, control, log, proc
+
+    def stop(self) -> None:
+        """SIGTERM, and wait for the proxy to write its last lines and exit."""
+        self.proc.terminate()
+        self.proc.wait(10)
 
     def get(self, session: str, path: str = "/api/weather?city=oslo") -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -78,7 +83,7 @@ def start(tmp_path: Path, upstream: str) -> Iterator[Callable[..., Proxy]]:
         procs.append(proc)
         wait_listening(port, proc)
         wait_listening(control, proc)
-        return Proxy(port, control, log)
+        return Proxy(port, control, log, proc)
 
     yield run
     for proc in procs:
@@ -87,7 +92,7 @@ def start(tmp_path: Path, upstream: str) -> Iterator[Callable[..., Proxy]]:
 
 
 def test_past_the_cap_the_least_recently_used_go_and_come_back_fresh(start):
-    proxy = start("--max-sessions", "20")
+    proxy = start("--max-sessions", "20", "--session-lines", "each")
     assert [proxy.get("s0"), proxy.get("s0")] == [503, 200]
     for n in range(1, 30):  # 10 evictions: a dropped key is remembered while it is among the last 20
         assert proxy.get(f"s{n}") == 503  # each new session's first request
@@ -108,7 +113,7 @@ def test_past_the_cap_the_least_recently_used_go_and_come_back_fresh(start):
 
 
 def test_an_idle_session_starts_over_after_the_ttl(start):
-    proxy = start("--session-ttl", "0.5")
+    proxy = start("--session-ttl", "0.5", "--session-lines", "each")
     assert [proxy.get("a"), proxy.get("a")] == [503, 200]
     time.sleep(1)
     assert proxy.get("a") == 503
@@ -135,3 +140,19 @@ def test_the_sessions_page_is_checked(start):
         proxy.get(name)
     assert [entry["session"] for entry in proxy.sessions("?offset=1&limit=1")["sessions"]] == ["b"]
     assert proxy.sessions("?limit=x") == {"error": "offset and limit are whole numbers"}
+
+
+def test_sessions_evicted_in_a_churn_are_told_in_a_summary_not_a_line_each(start):
+    """A churn of session ids past the cap must not double the log: by default the sessions dropped idle
+    or evicted are counted and told in a line per reason (at the latest when the proxy stops)."""
+    proxy = start("--max-sessions", "5")
+    for n in range(40):
+        assert proxy.get(f"churn{n}") == 503
+    assert proxy.get("churn34") == 503  # evicted of late: it comes back fresh, and that is told alone
+    proxy.stop()
+    session_lines = proxy.lines("session")
+    summaries = [line for line in session_lines if "count" in line]
+    assert [(line["change"], line["reason"]) for line in summaries] == [("dropped", "evicted")] * len(summaries)
+    assert sum(line["count"] for line in summaries) == 36  # 41 sessions, 5 held
+    assert len(summaries) <= 2 and not any("session" in line for line in summaries)
+    assert [line["session"] for line in session_lines if line["change"] == "restarted"] == ["churn34"]

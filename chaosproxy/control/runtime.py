@@ -25,7 +25,7 @@ from chaosproxy.telemetry.tracing import from_environment as otel_tracing
 def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
                 log_path: str | Path | None = None, scenario: Scenario | None = None,
                 otel: bool = False, scenario_dirs: Iterable[Path] = (), session_ttl: float = SESSION_TTL_S,
-                max_sessions: int = MAX_SESSIONS) -> Iterator[Engine]:
+                max_sessions: int = MAX_SESSIONS, each_session: bool = False) -> Iterator[Engine]:
     """An engine for a run; the seed is the flag's, else the scenario's, else a fresh draw (logged).
 
     Spans are exported when `otel` (--otel) or the OTEL_* variables ask for it (chaosproxy.telemetry.tracing).
@@ -36,7 +36,8 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     seed = check_seed(seed) if seed is not None else scenario.seed if scenario.seed is not None else draw_seed()
     path = Path(log_path) if log_path is not None else None
     stream: BinaryIO = open_log_file(path) if path is not None else sys.stderr.buffer
-    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S)
+    log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S,
+                          each_session=each_session)
     tracing = NO_TRACING
     try:
         tracing = otel_tracing(otel, run_id=log.run_id, seed=seed)

@@ -33,6 +33,8 @@ from chaosproxy.telemetry.log_schema import SCHEMA_VERSION, Event
 ops = logging.getLogger("chaosproxy")
 
 CALL_FLUSH_S = 0.25  # a running proxy's batch: a tailed log lags by at most this
+SESSION_SUMMARY_S = 10.0  # sessions dropped idle or evicted are told in a line per reason this often
+SUMMARISED = frozenset({"idle", "evicted"})  # (a session an agent ended, or one that came back: a line each)
 # Call records made lines together: a tight loop over a few is cheaper than a line at a time among the
 # requests' other work, and records kept for a whole batch (thousands, a quarter of a second) had gone
 # cold in the CPU's caches by the flush (~1.5 µs a call more, side by side at 20k calls a second).
@@ -134,10 +136,11 @@ class PerturbationLog:
     """
 
     def __init__(self, stream: BinaryIO, *, run_id: str, seed: int, path: Path | None = None,
-                 batch_s: float = 0.0) -> None:
+                 batch_s: float = 0.0, each_session: bool = True) -> None:
         """`path`: the file `stream` was opened from, so `reopen()` can open it again after a rotation.
         `batch_s`: write call and session lines at most this often (CALL_FLUSH_S for a proxy: a write
-        system call per request costs more than the rest of the line); 0 writes each line at once."""
+        system call per request costs more than the rest of the line); 0 writes each line at once.
+        `each_session`: a line for each session dropped idle or evicted, rather than a summary (`session`)."""
         self.run_id = run_id
         self.seed = seed
         self.path = path
@@ -155,6 +158,9 @@ class PerturbationLog:
         self.batch_s = batch_s
         self._clock = _Clock()
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.each_session = each_session
+        self._dropped: dict[str, int] = {}  # sessions dropped idle or evicted since the last summary, by reason
+        self._summarised = time.monotonic()
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -184,9 +190,26 @@ class PerturbationLog:
             self.flush()
 
     def session(self, **fields: Any) -> None:
-        """A session's state was dropped (ended, idle, evicted) or a dropped session came back."""
-        self._write(self._line(Event.SESSION, fields))
+        """A session's state was dropped (ended, idle, evicted) or a dropped session came back. Sessions
+        dropped idle or evicted are counted and told in one line per SESSION_SUMMARY_S for each reason
+        (`count`, no `session`), unless `each_session`: a churn of session ids past --max-sessions
+        would otherwise nearly double the log."""
+        if not self.each_session and fields.get("change") == "dropped" and fields.get("reason") in SUMMARISED:
+            reason = fields["reason"]
+            self._dropped[reason] = self._dropped.get(reason, 0) + 1
+            self._summarise()
+        else:
+            self._write(self._line(Event.SESSION, fields))
         self._flush_if_due()
+
+    def _summarise(self, *, now: bool = False) -> None:
+        """The sessions dropped idle or evicted since the last summary, once SESSION_SUMMARY_S has passed
+        (or `now`)."""
+        if self._dropped and (now or time.monotonic() - self._summarised >= SESSION_SUMMARY_S):
+            dropped, self._dropped = self._dropped, {}
+            self._summarised = time.monotonic()
+            for reason, count in sorted(dropped.items()):
+                self._write(self._line(Event.SESSION, {"change": "dropped", "reason": reason, "count": count}))
 
     def fault(self, **fields: Any) -> None:
         self._write(self._line(Event.FAULT, fields))
@@ -245,6 +268,7 @@ class PerturbationLog:
 
     def flush(self) -> None:
         """Write the lines gathered so far; on failure keep them for the next try (reported once)."""
+        self._summarise()
         self._flushed = time.monotonic()
         with self._lock:
             self._serialise_calls()
@@ -291,6 +315,7 @@ class PerturbationLog:
         ops.info("perturbation log reopened: %s", self.path)
 
     def close(self) -> None:
+        self._summarise(now=True)
         self.flush()
         if self._stream not in (sys.stdout.buffer, sys.stderr.buffer):
             self._stream.close()
@@ -315,6 +340,9 @@ class MarkedLog(PerturbationLog):
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         return self.base.subscribe(listener)
+
+    def session(self, **fields: Any) -> None:  # a line each: an engine made for a test churns no sessions
+        self._write(self._line(Event.SESSION, fields))
 
     def write_call(self, record: Any, make: MakeLine) -> None:
         self.base.write_call(record, functools.partial(_marked_call, make, self.marks, self.seed))

@@ -164,9 +164,10 @@ class ErrorLine(Line):
 
 
 class SessionLine(Line):
-    session: str
+    session: NotRequired[str]  # none in a summary (`count`)
     change: str  # dropped or restarted
     reason: str  # ended, idle or evicted
+    count: NotRequired[int]  # sessions dropped idle or evicted since the last summary (--session-lines summary)
 
 
 class ControlLine(Line):
