@@ -85,3 +85,20 @@ def test_an_idle_keep_alive_connection_is_closed_but_a_slow_response_is_not(make
         assert closed_within(client.sock, 5) == b""  # then idle: closed without a word
     assert 0.3 < time.monotonic() - started < 3  # to within a sweep (a quarter of the timeout)
     assert limits.refused["idle_timeout"] == 1
+
+
+def test_what_the_proxy_refused_is_counted_in_its_metrics(make_proxy):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from chaosproxy.control.api import ControlServer
+
+    proxy = make_proxy(limits=ClientLimits(max_line=1024, max_head=4096))
+    with RawClient(proxy.url) as client:
+        client.send(b"GET /" + b"a" * 2000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert closed_within(client.sock, 5).startswith(b"HTTP/1.1 431 ")
+    scraped = generate_latest(ControlServer(proxy.engine).metrics.registry).decode()
+    families = {family.name: family for family in text_string_to_metric_families(scraped)}
+    refused = {sample.labels["reason"]: sample.value
+               for sample in families["chaosproxy_client_connections_refused"].samples}
+    assert refused == {"head_too_large": 1, "head_timeout": 0, "idle_timeout": 0, "out_of_files": 0}

@@ -136,7 +136,7 @@ class ControlServer:
         self.file_roots = tuple(file_roots)
         self.max_subscribers = max_subscribers
         self.event_queue = event_queue
-        self.metrics = LogMetrics(lambda: len(engine.sessions))
+        self.metrics = LogMetrics(lambda: len(engine.sessions), lambda: engine.refused)
         self._dropped = Counter("chaosproxy_control_events_dropped",
                                 "Events not sent to a slow /events client", registry=self.metrics.registry)
         self._subscribers = Gauge("chaosproxy_control_event_subscribers", "Clients reading /events",

@@ -184,6 +184,8 @@ class Engine:
         self._session_limits: dict[str, Any] = {"ttl": session_ttl, "limit": max_sessions}
         self.start_routes = dict(scenario.routes)  # what traffic follows; a scenario swap cannot change them
         self.tracing: Tracing = NO_TRACING  # set by whoever runs the engine (chaosproxy.telemetry.tracing)
+        # agents' connections its listeners refused or closed, by reason (counted by the HTTP adapter)
+        self.refused: dict[str, int] = {}
         self._compiled: list[_CompiledRule] = []
         self.tallies: dict[str, Tally] = {}  # by rule name: the run's totals, which no reset or session end undoes
         self._under_way: dict[str, int] = {}  # calls being decided per session keyed by a client address alone

@@ -7,10 +7,12 @@ without a control API pays nothing, and every number here agrees with the log fi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from chaosproxy.telemetry.log_schema import Event
 
@@ -27,7 +29,8 @@ class LogMetrics:
     run that adds and removes rules (ControlClient.fault) does not grow /metrics without end.
     """
 
-    def __init__(self, sessions: Callable[[], int]) -> None:
+    def __init__(self, sessions: Callable[[], int], refused: Callable[[], Mapping[str, int]] = dict) -> None:
+        """`refused`: the agents' connections the proxy's listeners refused or closed, by reason."""
         self.registry = CollectorRegistry()
         self.faults = Counter("chaosproxy_faults", "Faults fired, by fault type, POMDP component and rule",
                               ["fault", "component", "rule"], registry=self.registry)
@@ -41,6 +44,7 @@ class LogMetrics:
         active = Gauge("chaosproxy_active_sessions", "Sessions the proxy holds state for (see --session-ttl)",
                        registry=self.registry)
         active.set_function(sessions)
+        self.registry.register(_Refused(refused))
         self._series: dict[str, set[tuple[str, ...]]] = {}  # rule -> its fault label values in use
 
     def observe(self, fields: dict[str, Any]) -> None:
@@ -71,3 +75,19 @@ class LogMetrics:
                 metric = self.faults if len(labels) == 3 else self.errors
                 with contextlib.suppress(KeyError):
                     metric.remove(*labels)
+
+
+class _Refused(Collector):
+    """`chaosproxy_client_connections_refused_total{reason}`: heads over their limits (431), heads sent too
+    slowly (408), idle keep-alive connections closed, and pauses in accepting for want of open files,
+    read from the listeners' own counts when scraped (the hot path counts, /metrics reads)."""
+
+    def __init__(self, refused: Callable[[], Mapping[str, int]]) -> None:
+        self.refused = refused
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("chaosproxy_client_connections_refused",
+                                     "Agents' connections refused or closed by the proxy, by reason", labels=["reason"])
+        for reason, count in sorted(self.refused().items()):
+            family.add_metric([reason], count)
+        yield family

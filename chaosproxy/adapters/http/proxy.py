@@ -68,6 +68,7 @@ class HttpProxy:
         self.engine = engine
         self.upstream = upstream
         self.limits = limits or ClientLimits()
+        engine.refused = self.limits.refused  # for /metrics
         self.failures = Throttle()  # an upstream that is down gets a line every 10 s, not one per request
         self.connections: set[ClientConnection] = set()
         self._sweep: asyncio.TimerHandle | None = None
