@@ -81,12 +81,16 @@ def main() -> int:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+    lines: dict[str, int] = {}  # the log's lines by event: a churn must not fill it with session lines
+    for line in (folder / "log.jsonl").read_text().splitlines():
+        event = json.loads(line)["event"]
+        lines[event] = lines.get(event, 0) + 1
     at_cap = next((rss for n, rss in samples if n >= args.max_sessions), None)
     report = {"sessions": args.sessions, "max_sessions": args.max_sessions, "seconds": round(took, 1),
               "rss_mib_by_sessions": {n: round(rss, 1) for n, rss in samples},
               "rss_mib_at_cap": round(at_cap, 1) if at_cap else None,
               "rss_mib_at_end": round(samples[-1][1], 1) if samples else None,
-              "sessions_held_at_end": held}
+              "sessions_held_at_end": held, "log_lines_by_event": lines}
     print(json.dumps(report, indent=2))
     return 0 if held == min(args.sessions, args.max_sessions) else 1
 
