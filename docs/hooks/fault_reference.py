@@ -80,7 +80,7 @@ def _kind(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     if "$ref" in prop:
         prop = defs.get(prop["$ref"].rsplit("/", 1)[-1], {})
     if "enum" in prop:
-        return " \\| ".join(f"`{value}`" for value in prop["enum"])
+        return ", ".join(f"`{value}`" for value in prop["enum"])
     if "const" in prop:
         return f"`{prop['const']}`"
     if "anyOf" in prop or "oneOf" in prop:
