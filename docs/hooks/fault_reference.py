@@ -18,7 +18,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 MARKER = "<!-- fault-reference -->"
-COMPONENTS = ("transition", "action", "reward", "observation")
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
@@ -27,24 +26,28 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 
 
 def fault_reference() -> str:
-    from chaosproxy.faults import all_faults
+    """An overview table, then a section per fault, by component in the registry's order."""
+    from chaosproxy.faults import Component, all_faults
 
     faults = all_faults()
     bundled = bundled_examples()
     parts = ["| type | component | level | what it does |", "|---|---|---|---|"]
     parts += [f"| [`{name}`](#{name}) | {cls.component} | {cls.level} | {_cell(cls.summary())} |"
-              for name, cls in sorted(faults.items(), key=_by_component)]
-    for component in COMPONENTS:
-        parts.append(f"\n## {component.capitalize()}\n")
+              for name, cls in sorted(faults.items(), key=by_component)]
+    for component in Component:
+        parts.append(f"\n## {component.value.capitalize()}\n")
         for name, cls in sorted(faults.items()):
             if cls.component == component:
                 parts.append(fault_section(name, cls, bundled.get(name)))
     return "\n".join(parts)
 
 
-def _by_component(item: tuple[str, Any]) -> tuple[int, str]:
+def by_component(item: tuple[str, Any]) -> tuple[int, str]:
+    """Sort key of a (type, class) pair: its component in the registry's order, then its type."""
+    from chaosproxy.faults import Component
+
     name, cls = item
-    return COMPONENTS.index(str(cls.component)), name
+    return list(Component).index(cls.component), name
 
 
 def fault_section(name: str, cls: Any, bundled: tuple[Path, str, dict[str, Any]] | None) -> str:
