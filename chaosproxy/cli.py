@@ -101,11 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the upstream is this cassette, replayed (chaosproxy replay), instead of --upstream")
     _add_run_options(run)
     cassette_command.add_record_arguments(run)
-
     run.add_argument("--toxiproxy-api", type=_listen_address, default=_env("TOXIPROXY_API"), metavar="HOST:PORT",
                      help="serve a Toxiproxy 2.x-compatible API here (loopback only), sharing --control's proxies")
     run.add_argument("--scope-header", default=_env("SCOPE_HEADER", "X-Chaosproxy-Scope"), metavar="NAME",
                      help="the request header naming a scope (PUT /scopes/NAME/scenario) (default X-Chaosproxy-Scope)")
+
     stdio = sub.add_parser(
         "stdio", help="run an MCP server command and relay its stdio, injecting faults",
         usage="chaosproxy stdio [--scenario FILE] [--seed N] [--log FILE] [...] -- COMMAND [ARGS...]",
@@ -140,9 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors and check-jsonschema)")
     schema.add_argument("--suite", action="store_true",
                         help="the drill suite schema: pick, and !range/!choice draws as lists")
-    demo_help = ("the bundled example: a REST tool API, an MCP server and a model API behind one proxy, three "
-                 "scripted agents, a summary and an HTML report")
-    demo = sub.add_parser("demo", help=demo_help, description=f"Run {demo_help} (a few seconds, nothing to give).")
     toxiproxy = sub.add_parser("toxiproxy", help="serve a Toxiproxy 2.x-compatible API: its clients make "
                                                  "chaosproxy listeners and faults (loopback only)")
     toxiproxy.add_argument("--listen", default=_env("LISTEN", "127.0.0.1:8474"), type=_listen_address,
@@ -153,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     toxiproxy.add_argument("--control", type=_listen_address, default=_env("CONTROL"), metavar="HOST:PORT",
                            help="also serve chaosproxy's control API (journal, scopes, scenarios) here")
     toxiproxy.add_argument("--control-token", metavar="TOKEN", help="the control API's bearer token")
+    demo_help = ("the bundled example: a REST tool API, an MCP server and a model API behind one proxy, three "
+                 "scripted agents, a summary and an HTML report")
+    demo = sub.add_parser("demo", help=demo_help, description=f"Run {demo_help} (a few seconds, nothing to give).")
     demo.add_argument("--log", type=Path, metavar="FILE", help="where to write the perturbation log "
                                                                "(default: a new file in the temporary folder, "
                                                                "named at the end; the HTML report goes beside it)")
@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         case "schema":
             from chaosproxy.engine.editor_schema import scenario_schema
             return _print_to_pipe(json.dumps(scenario_schema(suite=args.suite), indent=2))
+        case "toxiproxy":
+            from chaosproxy.control.toxiproxy import main as toxiproxy_main
+            return toxiproxy_main(args)
         case "demo" if args.a2a:
             from chaosproxy.demo.a2a_story import run_a2a_demo
             return run_a2a_demo(args.log)
@@ -292,9 +295,6 @@ def main(argv: list[str] | None = None) -> int:
             return run_demo(args.log)
         case "drill":
             return drill_command.main(args)
-        case "toxiproxy":
-            from chaosproxy.control.toxiproxy import main as toxiproxy_main
-            return toxiproxy_main(args)
         case "merge":
             return drill_command.merge_main(args)
         case "report":

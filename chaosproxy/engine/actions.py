@@ -37,8 +37,8 @@ class Reset:
     relaying `after_bytes` of the body."""
 
     after_bytes: int | None = None
-
     delay: float = 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class Truncate:
