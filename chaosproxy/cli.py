@@ -30,7 +30,7 @@ from chaosproxy.engine.scenario import (
 from chaosproxy.errors import ConfigError
 from chaosproxy.harness import command as inspect_command
 from chaosproxy.report import command as report_command
-from chaosproxy.telemetry.log import ops, setup_operational_log
+from chaosproxy.telemetry.log import LOG_FORMATS, ops, setup_operational_log
 from chaosproxy.telemetry.redact import redacted_url
 
 EXIT_INVALID = 2
@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         version=f"chaosproxy {__version__}, HTTP data plane {compiled.FORM}")
     parser.add_argument("-v", "--verbose", action="store_true", default=_env_flag("VERBOSE"),
                         help="debug-level operational log (CHAOSPROXY_VERBOSE=1)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=_env("LOG_FORMAT", "text"),
+                        help="the proxy's own messages on stderr: text lines, or JSON objects for a log pipeline "
+                             "(CHAOSPROXY_LOG_FORMAT=json)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="reverse-proxy HTTP (tool APIs, MCP over HTTP, model APIs), injecting faults",
@@ -238,6 +241,8 @@ def _add_scenario_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=argparse.SUPPRESS,
+                        help="as before the command: text lines or JSON objects for the proxy's own messages")
     parser.add_argument("--scenario", type=Path, default=_env("SCENARIO"), metavar="FILE",
                         help="scenario YAML (default: no faults)")
     _add_scenario_dir(parser)
@@ -269,7 +274,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup_operational_log(args.verbose)
+    setup_operational_log(args.verbose, args.log_format)
     match args.command:
         case "run":
             return _run(args)

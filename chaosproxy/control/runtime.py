@@ -16,7 +16,7 @@ from chaosproxy import __version__
 from chaosproxy.engine.core import Engine, draw_seed
 from chaosproxy.engine.scenario import Scenario, check_seed, load_scenario
 from chaosproxy.engine.sessions import MAX_SESSIONS, SESSION_TTL_S
-from chaosproxy.telemetry.log import CALL_FLUSH_S, PerturbationLog, open_log_file
+from chaosproxy.telemetry.log import CALL_FLUSH_S, PerturbationLog, name_run, open_log_file
 from chaosproxy.telemetry.tracing import NO_TRACING
 from chaosproxy.telemetry.tracing import from_environment as otel_tracing
 
@@ -38,6 +38,7 @@ def open_engine(scenario_path: str | Path | None, *, seed: int | None = None,
     stream: BinaryIO = open_log_file(path) if path is not None else sys.stderr.buffer
     log = PerturbationLog(stream, run_id=uuid.uuid4().hex[:12], seed=seed, path=path, batch_s=CALL_FLUSH_S,
                           each_session=each_session)
+    name_run(log.run_id)
     tracing = NO_TRACING
     try:
         tracing = otel_tracing(otel, run_id=log.run_id, seed=seed)

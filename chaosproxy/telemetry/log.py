@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -81,12 +81,42 @@ class Throttle:
         ops.warning(message, *args)
 
 
-def setup_operational_log(verbose: bool = False) -> None:
+LOG_FORMATS = ("text", "json")
+_run: dict[str, str] = {}  # the run the operational log's JSON lines name (name_run)
+
+
+def setup_operational_log(verbose: bool = False, log_format: str = "text") -> None:
+    """The proxy's own messages (listening, reloads, upstream failures, warnings) on stderr: `text`, a
+    line each, as `chaosproxy LEVEL message`; or `json`, a JSON object each for a sidecar's log pipeline
+    (`ts`, `level`, `message`, and `run_id` once the run has one: the keys the perturbation log has where
+    they mean the same)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine("chaosproxy %(levelname)s %(message)s"))
+    handler.setFormatter(_json_lines() if log_format == "json" else _OneLine("chaosproxy %(levelname)s %(message)s"))
     ops.handlers[:] = [handler]
     ops.setLevel(logging.DEBUG if verbose else logging.INFO)
     ops.propagate = False
+
+
+def name_run(run_id: str) -> None:
+    """From now on the operational log's JSON lines carry `run_id` (the perturbation log's)."""
+    _run["run_id"] = run_id
+
+
+def _json_lines() -> logging.Formatter:
+    """structlog's formatter for the standard library's records: a JSON object a line, a traceback in
+    `exception`. Loaded only for --log-format json."""
+    import structlog
+
+    def with_run(_: Any, __: str, fields: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        fields.update(_run)
+        return fields
+
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+                           structlog.stdlib.add_log_level, with_run, structlog.processors.format_exc_info,
+                           structlog.processors.EventRenamer("message")],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.JSONRenderer(serializer=lambda fields, **_: orjson.dumps(fields).decode())])
 
 
 def digest(payload: bytes) -> str:
@@ -330,7 +360,7 @@ class MarkedLog(PerturbationLog):
     It owns no stream: it never calls PerturbationLog.__init__, and overrides every method that touches one.
     """
 
-    def __init__(self, log: PerturbationLog, marks: dict[str, str], *, seed: int) -> None:  # noqa: no super()
+    def __init__(self, log: PerturbationLog, marks: dict[str, str], *, seed: int) -> None:  # (no super(): it owns no stream)
         self.base = log
         self.marks = marks
         self.run_id = log.run_id
