@@ -360,7 +360,7 @@ class MarkedLog(PerturbationLog):
     It owns no stream: it never calls PerturbationLog.__init__, and overrides every method that touches one.
     """
 
-    def __init__(self, log: PerturbationLog, marks: dict[str, str], *, seed: int) -> None:  # (no super(): it owns no stream)
+    def __init__(self, log: PerturbationLog, marks: dict[str, str], *, seed: int) -> None:  # (owns no stream)
         self.base = log
         self.marks = marks
         self.run_id = log.run_id
