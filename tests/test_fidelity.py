@@ -161,7 +161,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "latency": {"delay_ms": 1}, "remove_tool": {"tool": "search"}, "tool_flood": {"count": 2},
     "oversize": {"bytes": 2000}, "truncate_text": {"fraction": 0.5}, "misleading_description": {"claim": "cost"},
     "schema_drift": {"mode": "retype"}, "noise": {"rate": 0.2}, "typos": {"rate": 0.2}, "truncate": {"fraction": 0.5},
-    "rename_tool": {"style": "abbreviate"},
+    "rename_tool": {"style": "abbreviate"}, "agent_card_drift": {"rename": 1},
 }
 
 
