@@ -108,3 +108,27 @@ def scripted(server_loop: ServerLoop) -> Iterator[Any]:
     yield start
     for upstream in started:
         upstream.close()
+
+
+# Markers by module, so that a quick inner loop exists: `pytest -m "not slow and not browser and not peers
+# and not ray"`. `browser`: headless Chromium; `peers`: the independent npm peers (tests/peers/install.sh);
+# `ray`: a Ray cluster; `slow`: drills, sessions of the docs, generated examples by the hundred.
+MODULE_MARKS = {
+    "browser": {"test_compare", "test_console", "test_console_seed", "test_report"},
+    "peers": {"test_peers_direct", "test_peers_proxy", "test_cassette_peers", "test_toxiproxy_api"},
+    "ray": {"test_ray"},
+    "slow": {"test_a2a_drill", "test_ci_examples", "test_compiled", "test_docs", "test_drill", "test_fuzz_http",
+             "test_inspect_harness", "test_library_drill", "test_readme", "test_scenario_library", "test_shards",
+             "test_stdio_lanes", "test_stdio_process_group", "test_stdio_reliability", "test_oracle",
+             "test_transparency", "test_engine_semantics", "test_mcp_modern_faults", "test_a2a", "test_otel",
+             "test_llm_transparency", "test_llm_fault_oracle", "test_fidelity", "test_report_integrity",
+             "test_mcp_stdio", "test_cassette_interop", "test_scopes", "test_proxies_on_demand", "test_sessions"},
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.stem
+        for mark, modules in MODULE_MARKS.items():
+            if module in modules:
+                item.add_marker(getattr(pytest.mark, mark))
