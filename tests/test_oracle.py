@@ -175,39 +175,28 @@ class Upstream:
     """Answers each request it reads with the next reply of the case being played, and records what it
     read (parsed here, not by the proxy's parser). It says 100 Continue itself when asked to."""
 
-    def __init__(self, server_loop) -> None:
-        self.server_loop = server_loop
+    def __init__(self, scripted) -> None:
         self.plays: deque[Reply] = deque()
         self.plays_sent: list[bytes] = []  # the bodies of the replies played, as sent
         self.received: list[tuple] = []
+        self.url = scripted(self._serve).url
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while self.plays:
-                    request = await _read_request(reader, writer)
-                    if request is None:
-                        return
-                    if b'"tools/list"' in request[3]:  # the proxy listing the tools itself (for their schemas)
-                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                                     b"\r\n%b" % (len(LISTED), LISTED))
-                        continue
-                    self.received.append(request)
-                    reply = self.plays.popleft()
-                    self.plays_sent.append(reply.body)
-                    writer.write(reply.wire(request[0] == b"HEAD"))
-                    await writer.drain()
-                    if reply.framing == "close":
-                        return
-            except (ConnectionError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                writer.close()
-
-        async def start() -> asyncio.Server:
-            return await asyncio.start_server(serve, "127.0.0.1", 0)
-
-        self.server = server_loop.run(start())
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while self.plays:
+            request = await _read_request(reader, writer)
+            if request is None:
+                return
+            if b'"tools/list"' in request[3]:  # the proxy listing the tools itself (for their schemas)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                             b"\r\n%b" % (len(LISTED), LISTED))
+                continue
+            self.received.append(request)
+            reply = self.plays.popleft()
+            self.plays_sent.append(reply.body)
+            writer.write(reply.wire(request[0] == b"HEAD"))
+            await writer.drain()
+            if reply.framing == "close":
+                return
 
 
 async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple | None:
@@ -331,8 +320,8 @@ def normal_request(received: tuple, path: str) -> tuple:
 
 @given(case=exchanges())
 @EXAMPLES
-def test_every_path_gives_the_agent_and_the_upstream_what_direct_does(make_proxy, server_loop, case):
-    upstream = Upstream(server_loop)
+def test_every_path_gives_the_agent_and_the_upstream_what_direct_does(make_proxy, scripted, case):
+    upstream = Upstream(scripted)
     proxies = {path: make_proxy(scenario, to=upstream.url) for path, scenario in PATHS.items()}
     seen: dict[str, tuple[list, list]] = {}
     for path, url in [("direct", upstream.url), *((path, proxy.url) for path, proxy in proxies.items())]:
@@ -360,9 +349,9 @@ FAULTS_ON_REPLIES = {
 @given(texts=st.lists(st.text(alphabet="ab1 .é", max_size=12), min_size=1, max_size=6),
        fault=st.sampled_from(sorted(FAULTS_ON_REPLIES)), sse=st.booleans())
 @EXAMPLES
-def test_a_call_line_lists_a_fault_exactly_when_the_agent_got_other_bytes(make_proxy, server_loop, texts, fault,
+def test_a_call_line_lists_a_fault_exactly_when_the_agent_got_other_bytes(make_proxy, scripted, texts, fault,
                                                                           sse):
-    upstream = Upstream(server_loop)
+    upstream = Upstream(scripted)
     proxy = make_proxy({"rules": [{"name": "f", "match": {"method": "tools/call"}, "probability": 0.5,
                                    "fault": FAULTS_ON_REPLIES[fault]}]}, to=upstream.url)
     content_type = b"text/event-stream" if sse else b"application/json"

@@ -33,6 +33,7 @@ from chaosproxy.protocols.a2a import card as cards
 from chaosproxy.protocols.a2a import wire
 from chaosproxy.protocols.a2a.wire import A2aCall, Piece
 from chaosproxy.protocols.llm.relay import key_of
+from chaosproxy.protocols.session_memory import SessionMemory
 from chaosproxy.protocols.tasks import TaskState
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.redact import redacted_url
@@ -94,8 +95,7 @@ class A2aRelay:
         self.agent: str | None = None  # the remote agent's name, as its card says
         self.skills: list[str] = []  # the skill ids its card lists (before any fault)
         self.served_card = False  # a card came through: requests on this route are A2A without A2A-Version
-        self._sessions: OrderedDict[str, Memory] = OrderedDict()
-        self._state_of: object = engine.sessions
+        self.memory = SessionMemory(engine, Memory, MAX_SESSIONS)
         self._interest: tuple[Scenario, _Interest] | None = None
         self._told: set[str] = set()  # warnings given once
 
@@ -105,18 +105,6 @@ class A2aRelay:
         if self._interest is None or self._interest[0] is not scenario:
             self._interest = (scenario, _interest(scenario))
         return self._interest[1]
-
-    def memory(self, session: str) -> Memory:
-        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions (a reset): so do we
-            self._sessions.clear()
-            self._state_of = self.engine.sessions
-        memory = self._sessions.get(session)
-        if memory is None:
-            memory = self._sessions[session] = Memory()
-            if len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
-        self._sessions.move_to_end(session)
-        return memory
 
     def open(self, msg: Message) -> A2aExchange | None:
         """The exchange for an A2A request (setting msg.a2a), or None when it is none or nothing can act

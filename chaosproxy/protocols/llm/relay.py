@@ -44,6 +44,7 @@ from chaosproxy.protocols.llm import (
     view,
 )
 from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolResult
+from chaosproxy.protocols.session_memory import SessionMemory
 from chaosproxy.telemetry.log import ops
 
 FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
@@ -122,8 +123,7 @@ class LlmRelay:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sessions: OrderedDict[str, Memory] = OrderedDict()
-        self._state_of: object = engine.sessions  # the engine's session table this memory goes with
+        self.memory = SessionMemory(engine, Memory, MAX_SESSIONS)
         self._interest: tuple[Scenario, _Interest] | None = None
 
     @property
@@ -132,18 +132,6 @@ class LlmRelay:
         if self._interest is None or self._interest[0] is not scenario:
             self._interest = (scenario, _interest(self.engine))
         return self._interest[1]
-
-    def memory(self, session: str) -> Memory:
-        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions (a reset): so do we
-            self._sessions.clear()
-            self._state_of = self.engine.sessions
-        memory = self._sessions.get(session)
-        if memory is None:
-            memory = self._sessions[session] = Memory()
-            if len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
-        self._sessions.move_to_end(session)
-        return memory
 
     def open(self, msg: Message) -> LlmExchange | None:
         """The exchange for a model-API request (setting msg.api, model and turn), or None: then the

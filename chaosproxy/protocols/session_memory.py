@@ -1,0 +1,34 @@
+"""What a protocol's relay remembers per agent session (the model API's calls and answers, A2A's tasks)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chaosproxy.engine.core import Engine
+
+
+class SessionMemory[T]:
+    """A `make()` per session, for at most `limit` sessions (the least recently used forgotten first),
+    and forgotten with the engine's own sessions when those are (a reset makes the engine a new table)."""
+
+    def __init__(self, engine: Engine, make: Callable[[], T], limit: int) -> None:
+        self.engine = engine
+        self.make = make
+        self.limit = limit
+        self._kept: OrderedDict[str, T] = OrderedDict()
+        self._state_of: object = engine.sessions  # the engine's session table this memory goes with
+
+    def __call__(self, session: str) -> T:
+        if self._state_of is not self.engine.sessions:  # the engine forgot its sessions: so do we
+            self._kept.clear()
+            self._state_of = self.engine.sessions
+        kept = self._kept.get(session)
+        if kept is None:
+            kept = self._kept[session] = self.make()
+            if len(self._kept) > self.limit:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(session)
+        return kept
