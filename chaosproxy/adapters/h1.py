@@ -143,37 +143,34 @@ _AS_IS_CHECKED = HOP_BY_HOP | {b"content-type"}  # the names `as_written` looks 
 _KEEP_ALIVE_LINE = re.compile(rb"\r\n(?:connection|keep-alive):[^\r]*", re.IGNORECASE)
 
 
-def as_written(piece: bytes, headers: Headers, events: bool) -> bytes | None:
+def as_written(piece: bytes, headers: Headers, events: bool) -> tuple[bytes, int] | None:
     """`piece`, which starts with a whole response head (`headers`), as it may reach the client: as the
     upstream wrote it when the head has no hop-by-hop header bar `Transfer-Encoding: chunked` and
     (unless `events`) is not an event stream's; without its `Connection: keep-alive` and `Keep-Alive`
     lines when those are its only others, as Node's server sends them (they say how the upstream keeps
-    its connection, not how the proxy keeps the agent's). None: the head must be re-serialised."""
+    its connection, not how the proxy keeps the agent's), with the body's Content-Length found on the
+    way (-1: none, or chunked). None: the head must be re-serialised."""
     keep_alive_lines = 0
+    length = -1
+    chunked = False
     for name, value in headers:
-        if (lower := name.lower()) in _AS_IS_CHECKED:
+        lower = name.lower()
+        if lower in _AS_IS_CHECKED:
             if keeps_alive(lower, value):
                 keep_alive_lines += 1
             elif lower in _NOT_AS_IS or (lower == b"transfer-encoding" and value.strip().lower() != b"chunked") or \
                     (lower == b"content-type" and not events and b"event-stream" in value):
                 return None
-    return without_keep_alive(piece, keep_alive_lines) if keep_alive_lines else piece
+            elif lower == b"transfer-encoding":
+                chunked = True
+        elif lower == b"content-length" and value.strip().isdigit():
+            length = int(value)
+    relayed = without_keep_alive(piece, keep_alive_lines) if keep_alive_lines else piece
+    return None if relayed is None else (relayed, -1 if chunked else length)
 
 
 UNKNOWN_LEFT = -(1 << 62)  # UpstreamConnection._left of a body whose size is not known (chunked)
 _LAST_CHUNK = re.compile(rb"(?:^|\r\n)0+(?:;[^\r\n]*)?\r\n(?:[^\r\n]+\r\n)*\r\n")
-
-
-def content_length(headers: Headers) -> int:
-    """A response's Content-Length (-1 when it has none, or is chunked)."""
-    length = -1
-    for name, value in headers:
-        lower = name.lower()
-        if lower == b"transfer-encoding":
-            return -1
-        if lower == b"content-length" and value.strip().isdigit():
-            length = int(value)
-    return length
 
 
 def keeps_alive(lower: bytes, value: bytes) -> bool:
@@ -733,11 +730,10 @@ class ClientConnection(_Wire):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         size = len(name) + len(value)
-        if size > self.limits.max_line:
-            raise HeadTooLarge(f"a header line over {self.limits.max_line} bytes")
-        self.header_bytes = size = self.header_bytes + size
-        if size > self.limits.max_head:
-            raise HeadTooLarge(f"headers over {self.limits.max_head} bytes")
+        self.header_bytes += size
+        if size > self.limits.max_line or self.header_bytes > self.limits.max_head:
+            raise HeadTooLarge(f"a header line over {self.limits.max_line} bytes or headers over "
+                               f"{self.limits.max_head}")
         if self._trailers is not None:
             self._trailers.append((name, value))
         else:
@@ -1177,10 +1173,12 @@ class UpstreamConnection(_Wire):
             return
         if sink.as_is and (piece := self._head_piece) is not None and self.client is not None and \
                 status != 101 and piece.startswith(b"HTTP/1.1 ") and parser.should_keep_alive() and \
-                (relayed := as_written(piece, self._headers, sink.as_is == AS_IS)) is not None:
+                (written := as_written(piece, self._headers, sink.as_is == AS_IS)) is not None:
+            relayed, length = written
             self.as_is = self.in_body = self._keep_alive = True
             self._trailers = []
-            length = 0 if status in NO_BODY_STATUSES else content_length(self._headers)
+            if status in NO_BODY_STATUSES:
+                length = 0
             # what is left of the body after this piece (negative: the piece holds more than the response)
             self._left = UNKNOWN_LEFT if length < 0 else length - (len(piece) - piece.find(b"\r\n\r\n") - 4)
             self.client.write(relayed)  # the head and what came of the body with it; the rest as it comes
