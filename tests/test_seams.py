@@ -117,7 +117,7 @@ def test_a_gzip_event_stream_is_not_held_back(make_proxy, scripted, path):
     finally:
         upstream.server_loop.loop.call_soon_threadsafe(release.set)
     assert head.startswith(b"HTTP/1.1 200") and first.strip()
-    assert took < 1.0
+    assert took < 2.0  # (held back, it came 4.5 s late)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -240,7 +240,7 @@ def test_a_small_body_sent_after_100_continue_is_asked_for_at_once(make_proxy, p
         started = time.perf_counter()
         client.sock.settimeout(3)
         assert client.read_line().startswith(b"HTTP/1.1 100")
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 0.9  # (curl gives up waiting after 1 s)
         assert client.read_line() == b"\r\n"
         client.send(body)
         status, _, echoed = client.response()
