@@ -894,7 +894,6 @@ class Listener:
         self.handler = handler
         self.sock = sock
         self.loop = asyncio.get_running_loop()
-        self.out_of_files = 0  # times accepting paused for it
         self._logged_at = -OUT_OF_FILES_LOG_S
         self._closed = False
         self._setting_up: set[asyncio.Task[None]] = set()
@@ -923,7 +922,6 @@ class Listener:
             conn.close()
 
     def _pause(self, error: OSError) -> None:
-        self.out_of_files += 1
         self.handler.limits.refused["out_of_files"] += 1
         if self.loop.time() - self._logged_at >= OUT_OF_FILES_LOG_S:
             self._logged_at = self.loop.time()
