@@ -51,7 +51,8 @@ def test_after_the_command_too(tmp_path: Path):
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_listening(port, proc)
+        first = proc.stderr.readline()  # the port listens a moment before the line is written
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=10)
-    assert json.loads(stderr.splitlines()[0])["message"].startswith("listening on")
+        proc.communicate(timeout=10)
+    assert json.loads(first)["message"].startswith("listening on")

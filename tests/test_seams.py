@@ -190,7 +190,7 @@ def test_a_failure_inside_the_wire_layer_is_answered_502_and_logged(server_loop,
             client.send(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
             status, headers, _ = client.response()
     finally:
-        server.close()
+        server_loop.loop.call_soon_threadsafe(server.close)  # on its own loop's thread
     assert (status, headers["X-Chaosproxy-Error"]) == (502, "internal")
     assert any("internal error" in line and "a bug in the proxy" in line for line in ops_lines)
 
