@@ -175,7 +175,7 @@ async def test_stream_cut_idle_starves_the_client(make_proxy):
     async with aiohttp.ClientSession() as client:
         with pytest.raises(asyncio.TimeoutError):
             async with client.get(proxy.url + "/sse?n=5&interval_ms=10",
-                                  timeout=aiohttp.ClientTimeout(total=None, sock_read=0.5)) as response:
+                                  timeout=aiohttp.ClientTimeout(total=None, sock_read=2)) as response:
                 async for line in response.content:
                     events.append(line)
     assert b"event: tick\n" in events and events.count(b"event: tick\n") == 1
