@@ -14,9 +14,10 @@ import anyio
 import pytest
 import yaml
 
-from chaosproxy.drill.suite import Choice, Range, load_suite
+from chaosproxy.drill.suite import load_suite
 from chaosproxy.engine.scenario import load_scenario
 from tests.modern_support import Asker, TasksClient, modern, serve_http
+from tests.test_scenario_library import covers
 
 ROOT = Path(__file__).parent.parent
 SCENARIOS = sorted((ROOT / "scenarios" / "mcp-2026").glob("*.yaml"))
@@ -91,19 +92,6 @@ async def test_a_scenario_is_grounded_and_fires_with_its_component(make_proxy, s
     assert {event["rule"] for event in faults} >= rules, f"never fired in {MAX_SESSIONS} sessions"
     assert {event["component"] for event in faults} == {component}
     assert not proxy.events("error"), "a fault raised (and failed open)"
-
-
-def covers(template: Any, value: Any) -> bool:
-    """True when `value` is one of the values the suite's `template` can take."""
-    match template:
-        case Range(low, high):
-            return isinstance(value, int | float) and low <= value <= high
-        case Choice(options):
-            return any(covers(option, value) for option in options)
-        case dict():
-            return isinstance(value, dict) and set(value) <= set(template) and all(
-                covers(template[k], v) for k, v in value.items())
-    return bool(template == value)
 
 
 def test_the_suite_draws_every_library_rule_and_names_its_section():
