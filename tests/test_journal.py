@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import pytest
 
 from chaosproxy.client import ControlError
 from chaosproxy.control.journal import Journal, JournalQueryError
 from chaosproxy.embedded import EmbeddedProxy
+from tests.test_pytest_plugin import status
 
 pytest_plugins = ["pytester"]
 
@@ -57,14 +55,6 @@ def test_the_example_fails_when_the_agent_does_not_retry(pytester, mcp_http):
     pytester.makepyfile(EXAMPLE.replace("UPSTREAM", repr(mcp_http)).replace("range(2)", "range(1)"))
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(failed=1)
 
-
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
 
 
 def test_the_journal_filters_and_pages(upstream: str):
