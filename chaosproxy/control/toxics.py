@@ -144,7 +144,7 @@ def _mapped_fault(toxic: Toxic) -> dict[str, Any] | None:
             if not a["latency"] and not a["jitter"]:
                 return None
             return {"type": "latency", "delay_ms": a["latency"], "jitter_ms": a["jitter"],
-                    "at": "response" if downstream else "request"}
+                    "phase": "response" if downstream else "request"}
         case "timeout":  # data stops; the connection closes after `timeout` ms (0: never)
             return {"type": "reset", "after_ms": a["timeout"]} if a["timeout"] else {"type": "hang"}
         case "reset_peer":

@@ -17,7 +17,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pydantic import AliasChoices
+
 from chaosproxy.engine.scenario import Scenario
+from chaosproxy.faults import all_faults
 
 _DRAW = {"type": "array", "minItems": 1,
          "description": "drawn per sample: !range [low, high] or !choice [option, ...]"}
@@ -28,6 +31,7 @@ def scenario_schema(*, suite: bool = False) -> dict[str, Any]:
     defs = schema["$defs"]
     rule = defs["Rule"]["properties"]
     rule["fault"] = _fault_by_type(rule["fault"])
+    _former_names(defs)
     if suite:
         schema["title"] = "chaosproxy drill suite"
         schema["properties"]["pick"] = {"type": "integer", "minimum": 1, "default": 1,
@@ -38,6 +42,19 @@ def scenario_schema(*, suite: bool = False) -> dict[str, Any]:
                 if key not in ("type", "name", "match"):
                     properties[key] = {"anyOf": [value, _DRAW]}
     return schema
+
+
+def _former_names(defs: dict[str, Any]) -> None:
+    """A parameter's former names (`at` of `phase`), which a scenario may still use, marked deprecated so
+    that an editor accepts them and says which name to use instead."""
+    for cls in all_faults().values():
+        for name, info in cls.model_fields.items():
+            if isinstance(info.validation_alias, AliasChoices) and cls.__name__ in defs:
+                properties = defs[cls.__name__]["properties"]
+                for former in info.validation_alias.choices:
+                    if former != name and isinstance(former, str):
+                        properties[former] = {**properties[name], "deprecated": True,
+                                              "description": f"the former name of `{name}`"}
 
 
 def _fault_by_type(union: dict[str, Any]) -> dict[str, Any]:

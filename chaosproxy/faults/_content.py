@@ -56,7 +56,7 @@ class ContentFault(Fault):
 
     component = Component.OBSERVATION
     level = Level.CONTENT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = RESULTS
     # True for faults that treat JSON text as text when no paths are given (a cut mid-document).
     text_first: ClassVar[bool] = False

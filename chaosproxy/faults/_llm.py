@@ -37,7 +37,7 @@ class PromptFault(LlmFault):
     """Base of the faults that reword the user's newest prompt: they say how, in `reword`."""
 
     component = Component.OBSERVATION
-    acts_on = Phase.REQUEST
+    phase = Phase.REQUEST
     target = "prompt"
 
     def reword(self, text: str, rng: random.Random) -> str:
@@ -58,6 +58,7 @@ class ToolCallFault(LlmFault):
     """Base of the faults that change a tool call the model made: they return its new params in `change`."""
 
     component = Component.ACTION
+    phase = Phase.REQUEST
     target = "call"
 
     def change(self, params: dict[str, Any], arguments: dict[str, Any],

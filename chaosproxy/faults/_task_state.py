@@ -86,7 +86,7 @@ class TaskStateFault(Fault):
 
     component = Component.TRANSITION
     level = Level.A2A
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = a2a.TASK_REPLIES | {mcp_tasks.POLL}
     # True: the relay keeps the real piece the fault replaced, and answers the task's follow-ups from it
     # (the remote agent is not asked again about a task it finished)

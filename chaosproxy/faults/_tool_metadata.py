@@ -28,7 +28,7 @@ class ToolListFault(Fault):
     tool: str = Field("*", min_length=1, description="glob on the names of the listed tools to change")
 
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

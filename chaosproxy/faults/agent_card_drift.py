@@ -31,7 +31,7 @@ class AgentCardDrift(Fault):
 
     component = Component.ACTION
     level = Level.A2A
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = a2a.CARDS
 
     @model_validator(mode="after")

@@ -5,12 +5,13 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.faults.http_error import error_body
 
 
 @register
-class AuthError(Fault):
+class AuthErrorFault(Fault):
     """Reject the call as unauthenticated (401 + WWW-Authenticate) or forbidden (403)."""
 
     type: Literal["auth_error"] = "auth_error"
@@ -21,6 +22,7 @@ class AuthError(Fault):
 
     component = Component.TRANSITION
     level = Level.HTTP
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Respond:
         body, headers = error_body(self.status, self.description)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from chaosproxy.engine.actions import Action, Skip
 from chaosproxy.engine.message import Message, Phase
@@ -71,7 +71,9 @@ class Fault(BaseModel):
     type: str
     component: ClassVar[Component]
     level: ClassVar[Level]
-    acts_on: ClassVar[Phase] = Phase.REQUEST
+    # The phase the fault acts in: each fault declares it (a class attribute), or takes it as a parameter
+    # where the user chooses (latency, rpc_error). No default: a new fault says which, as it says its level.
+    phase: ClassVar[Phase]
     routes_calls: ClassVar[bool] = False  # True when the fault leaves tool routes in the session
     # The JSON-RPC methods whose messages the fault can change (None: any). Other JSON-RPC messages
     # never match its rule, so they do not use up its gates (`after: 2` is not spent on initialize).
@@ -113,6 +115,12 @@ class Fault(BaseModel):
         return (cls.__doc__ or "").strip().splitlines()[0]
 
 
+def phase_parameter(description: str) -> Any:
+    """The `phase` field of a fault whose phase the user chooses (latency, rpc_error): request by default.
+    `at`, its name before the faults' phase had one name, is still read, so older scenarios keep working."""
+    return Field(Phase.REQUEST, validation_alias=AliasChoices("phase", "at"), description=description)
+
+
 REGISTRY: dict[str, type[Fault]] = {}
 
 
@@ -121,6 +129,8 @@ def register[F: Fault](cls: type[F]) -> type[F]:
     name = cls.model_fields["type"].default
     if not isinstance(name, str) or name in REGISTRY:
         raise ValueError(f"fault {cls.__name__}: missing or duplicate type {name!r}")
+    if not isinstance(getattr(cls, "phase", None), Phase | property) and "phase" not in cls.model_fields:
+        raise ValueError(f"fault {cls.__name__}: no phase (set `phase = Phase.REQUEST` or RESPONSE)")
     if cls.__module__ != f"chaosproxy.faults.{name}":  # the registry imports a type's module by its name
         raise ValueError(f"fault {cls.__name__}: type {name!r} must be defined in chaosproxy/faults/{name}.py")
     REGISTRY[name] = cls

@@ -23,7 +23,7 @@ class CacheScopeFlip(Fault):
 
     component = Component.REWARD
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = CACHEABLE
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

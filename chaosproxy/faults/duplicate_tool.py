@@ -32,7 +32,7 @@ class DuplicateTool(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS
     routes_calls = True
 

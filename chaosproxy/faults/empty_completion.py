@@ -26,7 +26,7 @@ class EmptyCompletion(LlmFault):
         "and the provider's token-limit stop reason. A reply with no output is left as it is"))
 
     component = Component.TRANSITION
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     target = "completion"
     methods = frozenset({COMPLETION})
 

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from chaosproxy.engine.actions import Reply
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._input_required import params_of
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols.mcp import PROTOCOL_VERSION_META, error_reply
@@ -29,6 +30,7 @@ class EraDowngrade(Fault):
 
     component = Component.TRANSITION
     level = Level.JSONRPC
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Reply | None:
         msg = ctx.message

@@ -32,7 +32,7 @@ class ErrorInSuccess(Fault):
 
     component = Component.REWARD
     level = Level.CONTENT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = RESULTS
 
     @property

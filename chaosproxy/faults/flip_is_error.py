@@ -25,7 +25,7 @@ class FlipIsError(Fault):
 
     component = Component.REWARD
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = RESULTS
 
     @property

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Hang as HangAction
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 
 
@@ -17,6 +18,7 @@ class Hang(Fault):
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> HangAction:
         release = self.release_after_ms / 1000 if self.release_after_ms is not None else None

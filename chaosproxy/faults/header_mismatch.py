@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import short
 from chaosproxy.faults._input_required import params_of
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
@@ -30,6 +31,7 @@ class HeaderMismatch(Fault):
 
     component = Component.TRANSITION
     level = Level.MCP
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Rewrite | None:
         msg = ctx.message

@@ -7,6 +7,7 @@ import orjson
 from pydantic import Field
 
 from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 
 
@@ -17,7 +18,7 @@ def error_body(status: int, message: str | None = None) -> tuple[bytes, dict[str
 
 
 @register
-class HttpError(Fault):
+class HttpErrorFault(Fault):
     """Answer with an HTTP error status and body instead of calling upstream."""
 
     type: Literal["http_error"] = "http_error"
@@ -27,6 +28,7 @@ class HttpError(Fault):
 
     component = Component.TRANSITION
     level = Level.HTTP
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Respond:
         if self.body is None:

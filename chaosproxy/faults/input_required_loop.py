@@ -24,7 +24,7 @@ class InputRequiredLoop(Fault):
 
     component = Component.TRANSITION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = ROUND_METHODS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

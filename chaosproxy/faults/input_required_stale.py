@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Reply
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._input_required import ROUND_METHODS, params_of
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols.mcp import error_reply
@@ -23,6 +24,7 @@ class InputRequiredStale(Fault):
 
     component = Component.TRANSITION
     level = Level.JSONRPC
+    phase = Phase.REQUEST
     methods = ROUND_METHODS
 
     def act(self, ctx: FaultContext) -> Reply | None:

@@ -33,7 +33,7 @@ class InputSchemaDrift(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS
     routes_calls = True
 

@@ -7,7 +7,15 @@ from pydantic import Field, model_validator
 
 from chaosproxy.engine.actions import Delay
 from chaosproxy.engine.message import Phase
-from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import (
+    MAX_WAIT_MS,
+    Component,
+    Fault,
+    FaultContext,
+    Level,
+    phase_parameter,
+    register,
+)
 
 
 @register
@@ -22,7 +30,8 @@ class Latency(Fault):
     sigma: float = Field(0.5, gt=0, description="lognormal: shape")
     alpha: float = Field(2.0, gt=0, description="pareto: shape (smaller = heavier tail)")
     max_ms: float | None = Field(None, ge=0, le=MAX_WAIT_MS, description="uniform: upper bound; others: a cap")
-    at: Phase = Field(Phase.REQUEST, description="delay the request before forwarding, or the response")
+    # (a parameter where other faults have a class attribute)
+    phase: Phase = phase_parameter("delay the request before forwarding, or the response")  # type: ignore[misc]
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
@@ -34,10 +43,6 @@ class Latency(Fault):
         if self.max_ms is not None and self.max_ms < self.delay_ms:
             raise ValueError(f"max_ms ({self.max_ms}) is below delay_ms ({self.delay_ms})")
         return self
-
-    @property
-    def phase(self) -> Phase:
-        return self.at
 
     def sample_ms(self, rng: random.Random) -> float:
         """A delay drawn from the distribution, in ms: never negative, never past max_ms or MAX_WAIT_MS

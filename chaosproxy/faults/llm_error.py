@@ -5,13 +5,14 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._llm import LlmFault
 from chaosproxy.faults.base import Component, FaultContext, Level, register
 from chaosproxy.protocols.llm import errors
 
 
 @register
-class LlmError(LlmFault):
+class LlmErrorFault(LlmFault):
     """Answer a model-API request with the provider's own error: 429, 529/503 overloaded, 500, quota, context length."""
 
     type: Literal["llm_error"] = "llm_error"
@@ -26,6 +27,7 @@ class LlmError(LlmFault):
 
     component = Component.TRANSITION
     level = Level.HTTP
+    phase = Phase.REQUEST
     target = "request"
 
     @model_validator(mode="after")

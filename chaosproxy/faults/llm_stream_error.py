@@ -13,7 +13,7 @@ from chaosproxy.protocols.llm.view import STREAM_EVENT
 
 
 @register
-class LlmStreamError(LlmFault):
+class LlmStreamErrorFault(LlmFault):
     """End a streamed model reply mid-way, after a 200, with the provider's own error event."""
 
     type: Literal["llm_stream_error"] = "llm_stream_error"
@@ -23,7 +23,7 @@ class LlmStreamError(LlmFault):
         "would, and the fault does not fire"))
 
     component = Component.TRANSITION
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     target = "completion"
     # Asked where a stream is `after_events` events in, with the next one about to go: it fires when sent.
     methods = frozenset({STREAM_EVENT})

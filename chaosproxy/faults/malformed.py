@@ -22,7 +22,7 @@ class Malformed(Fault):
 
     component = Component.TRANSITION
     level = Level.JSONRPC
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
 
     def act(self, ctx: FaultContext) -> Garble | Rewrite | None:
         msg = ctx.message

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from chaosproxy.engine.actions import Reply, Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols import a2a
 
@@ -17,6 +18,7 @@ class PushLost(Fault):
 
     component = Component.TRANSITION
     level = Level.A2A
+    phase = Phase.REQUEST
     # the A2A methods it acts on, by their v1.0 names (`methods` would meet v0.3's own names on the wire)
     a2a_methods: ClassVar[frozenset[str]] = a2a.SENDS | {a2a.CREATE_PUSH_CONFIG}
 

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.faults.http_error import error_body
 
@@ -21,6 +22,7 @@ class RateLimit(Fault):
 
     component = Component.TRANSITION
     level = Level.HTTP
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Respond | None:
         retry_after = self.retry_after_s

@@ -26,7 +26,7 @@ class RemoveTool(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS | RESULTS
     # It leaves no routes, but the engine counts a session's tool calls only when it sees them.
     routes_calls = True

@@ -30,7 +30,7 @@ class RenameTool(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS
     routes_calls = True
 

@@ -27,8 +27,8 @@ class Reset(Fault):
             raise ValueError("give after_ms (before any response) or after_bytes (into the response), not both")
         return self
 
-    @property
-    def phase(self) -> Phase:
+    @property  # (its parameters decide it, where other faults have a class attribute)
+    def phase(self) -> Phase:  # type: ignore[override]
         return Phase.REQUEST if self.after_bytes is None else Phase.RESPONSE
 
     def act(self, ctx: FaultContext) -> ResetAction:

@@ -6,27 +6,24 @@ from pydantic import Field
 
 from chaosproxy.engine.actions import Reply, Rewrite
 from chaosproxy.engine.message import Phase
-from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
+from chaosproxy.faults.base import Component, Fault, FaultContext, Level, phase_parameter, register
 from chaosproxy.protocols.mcp import error_reply
 
 
 @register
-class RpcError(Fault):
+class RpcErrorFault(Fault):
     """Answer a JSON-RPC request with an error object (upstream skipped, or its reply replaced)."""
 
     type: Literal["rpc_error"] = "rpc_error"
     code: int = Field(-32603, description="JSON-RPC error code, e.g. -32603, -32000, -32602")
     message: str = "Internal error"
     data: Any = None
-    at: Phase = Field(Phase.REQUEST, description="request: upstream never sees the call; "
-                                                 "response: upstream did the work, the reply is lost")
+    # (a parameter where other faults have a class attribute)
+    phase: Phase = phase_parameter(  # type: ignore[misc]
+        "request: upstream never sees the call; response: upstream did the work, the reply is lost")
 
     component = Component.TRANSITION
     level = Level.JSONRPC
-
-    @property
-    def phase(self) -> Phase:
-        return self.at
 
     def act(self, ctx: FaultContext) -> Reply | Rewrite | None:
         rpc = ctx.message.rpc

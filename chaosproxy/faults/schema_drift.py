@@ -26,7 +26,7 @@ class SchemaDrift(Fault):
 
     component = Component.TRANSITION
     level = Level.CONTENT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

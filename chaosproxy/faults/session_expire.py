@@ -5,6 +5,7 @@ from typing import Literal
 import orjson
 
 from chaosproxy.engine.actions import Respond
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 
 
@@ -16,6 +17,7 @@ class SessionExpire(Fault):
 
     component = Component.TRANSITION
     level = Level.HTTP
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Respond | None:
         if "Mcp-Session-Id" not in ctx.message.headers:

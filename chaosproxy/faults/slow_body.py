@@ -19,7 +19,7 @@ class SlowBody(Fault):
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
 
     def act(self, ctx: FaultContext) -> Drip:
         return Drip(self.chunk_bytes, self.delay_ms / 1000)

@@ -21,7 +21,7 @@ class StaleCache(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = CACHEABLE
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

@@ -19,7 +19,7 @@ class StreamCut(Fault):
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
 
     def act(self, ctx: FaultContext) -> CutStream | None:
         if "text/event-stream" not in ctx.message.headers.get("Content-Type", ""):

@@ -24,7 +24,7 @@ class StreamDrop(Fault):
 
     component = Component.TRANSITION
     level = Level.A2A
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = a2a.STREAMING
 
     def act(self, ctx: FaultContext) -> EndStream | Withhold | None:

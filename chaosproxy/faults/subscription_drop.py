@@ -38,7 +38,7 @@ class SubscriptionDrop(Fault):
 
     component = Component.TRANSITION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = STREAMED
 
     def act(self, ctx: FaultContext) -> Drop | Rewrite | None:

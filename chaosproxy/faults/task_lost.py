@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Literal
 
 from chaosproxy.engine.actions import Reply
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols import mcp_tasks
 from chaosproxy.protocols.mcp import error_reply
@@ -16,6 +17,7 @@ class TaskLost(Fault):
 
     component = Component.TRANSITION
     level = Level.JSONRPC
+    phase = Phase.REQUEST
     methods = frozenset({mcp_tasks.POLL})
 
     def act(self, ctx: FaultContext) -> Reply | None:

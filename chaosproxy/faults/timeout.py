@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Reply
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults.base import MAX_WAIT_MS, Component, Fault, FaultContext, Level, register
 from chaosproxy.protocols.mcp import error_reply, result_reply, tool_error_result
 
@@ -22,6 +23,7 @@ class Timeout(Fault):
 
     component = Component.TRANSITION
     level = Level.JSONRPC
+    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> Reply | None:
         rpc = ctx.message.rpc

@@ -85,7 +85,7 @@ class ToolFlood(Fault):
 
     component = Component.ACTION
     level = Level.MCP
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
     methods = LISTINGS
     routes_calls = True
 

@@ -19,7 +19,7 @@ class Truncate(Fault):
 
     component = Component.TRANSITION
     level = Level.TRANSPORT
-    acts_on = Phase.RESPONSE
+    phase = Phase.RESPONSE
 
     @model_validator(mode="after")
     def _one_limit(self) -> Self:

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from chaosproxy.engine.actions import Rewrite
+from chaosproxy.engine.message import Phase
 from chaosproxy.faults._effects import call_effect
 from chaosproxy.faults.base import RESULTS, Component, Fault, FaultContext, Level, register
 
@@ -33,6 +34,7 @@ class UnknownTool(Fault):
 
     component = Component.ACTION
     level = Level.MCP
+    phase = Phase.REQUEST
     methods = RESULTS
 
     def act(self, ctx: FaultContext) -> Rewrite | None:

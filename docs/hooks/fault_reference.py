@@ -63,6 +63,12 @@ def fault_section(name: str, cls: Any, bundled: tuple[Path, str, dict[str, Any]]
         "```yaml", yaml.safe_dump({"rules": [rule]}, sort_keys=False, width=100).rstrip(), "```", ""])
 
 
+def _former(key: str, info: Any) -> str:
+    """A parameter's former names, still read (`at` of `phase`)."""
+    former = [name for name in getattr(info.validation_alias, "choices", ()) if name != key]
+    return f" (formerly {', '.join(f'`{name}`' for name in former)}, still read)" if former else ""
+
+
 def parameter_table(cls: Any) -> list[str]:
     schema = cls.model_json_schema()
     properties = schema.get("properties", {})
@@ -72,7 +78,7 @@ def parameter_table(cls: Any) -> list[str]:
             continue
         default = "required" if info.is_required() else f"`{_show(info.get_default(call_default_factory=True))}`"
         kind = _kind(properties.get(key, {}), schema.get("$defs", {}))
-        rows.append(f"| `{key}` | {_cell(kind)} | {default} | {_cell(info.description or '')} |")
+        rows.append(f"| `{key}` | {_cell(kind)} | {default} | {_cell((info.description or '') + _former(key, info))} |")
     if not rows:
         return ["No parameters."]
     return ["| parameter | type | default | what it says |", "|---|---|---|---|", *rows]

@@ -52,7 +52,7 @@ MAX_SESSIONS = 1024
 MAX_REMEMBERED = 4096  # per session and kind: tool calls, answers, rewritten history items
 
 if TYPE_CHECKING:  # (imported where used: a proxy loads only the faults its scenario names)
-    from chaosproxy.faults.llm_stream_error import LlmStreamError
+    from chaosproxy.faults.llm_stream_error import LlmStreamErrorFault
 
 
 def key_of(*parts: str | bytes) -> str:
@@ -379,7 +379,7 @@ class LlmExchange:
         if self._error_points is None:
             asked = self.interest.completion and self.request.stream
             faults = self.engine.candidates(view.stream_event(self.msg, 0)) if asked else []
-            self._error_points = frozenset(cast("LlmStreamError", f).after_events for f in faults
+            self._error_points = frozenset(cast("LlmStreamErrorFault", f).after_events for f in faults
                                           if f.type == "llm_stream_error")
         return self._error_points
 
