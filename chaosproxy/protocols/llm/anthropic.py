@@ -13,16 +13,17 @@ from typing import Any
 import orjson
 
 from chaosproxy.engine.actions import BlankCompletion
-from chaosproxy.protocols.llm import stream, view
+from chaosproxy.protocols.llm import ANTHROPIC, stream, view
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, ToolCall, ToolResult
 
-API = "anthropic"
+API = ANTHROPIC
 TEXT = "text"
+TOOLS = view.ToolShape(lambda entry: entry.get("type", "custom") == "custom" and "input_schema" in entry,
+                       "input_schema")
 
 
 def parse_request(body: dict[str, Any]) -> Request:
-    messages, request, last_assistant = view.messages_request(body)
-    _parse_tools(body, request)
+    messages, request, last_assistant = view.messages_request(body, TOOLS)
     for i, message in enumerate(messages):
         content = message.get("content")
         blocks = [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
@@ -34,24 +35,6 @@ def parse_request(body: dict[str, Any]) -> Request:
         elif message.get("role") == "assistant":
             request.calls += [_call(block) for block in blocks if _is_tool_use(block)]
     return request
-
-
-def _parse_tools(body: dict[str, Any], request: Request) -> None:
-    tools = body.get("tools")
-    if not isinstance(tools, list) or not tools:
-        return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("input_schema"), i)
-                 if isinstance(entry, dict) and entry.get("type", "custom") == "custom" and "input_schema" in entry
-                 else None for i, entry in enumerate(tools)]
-    request.tools = [tool for tool in converted if tool is not None]
-
-    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
-        template = {key: value for key, value in (original or {}).items()
-                    if key not in ("name", "description", "input_schema")}
-        return {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
-                "input_schema": tool.get("inputSchema", {"type": "object"}), **template}
-
-    request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
 
 
 def _result(block: dict[str, Any], *, newest: bool) -> ToolResult:

@@ -12,16 +12,17 @@ from typing import Any
 
 from chaosproxy.engine.actions import BlankCompletion
 from chaosproxy.protocols import streams
-from chaosproxy.protocols.llm import stream, view
+from chaosproxy.protocols.llm import OPENAI_CHAT, stream, view
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, ToolCall
 
-API = "openai-chat"
+API = OPENAI_CHAT
 TEXT = "text"
+TOOLS = view.ToolShape(lambda entry: entry.get("type") == "function" and isinstance(entry.get("function"), dict),
+                       "parameters", nested="function", new_entry={"type": "function", "function": {}})
 
 
 def parse_request(body: dict[str, Any]) -> Request:
-    messages, request, last_assistant = view.messages_request(body)
-    _parse_tools(body, request)
+    messages, request, last_assistant = view.messages_request(body, TOOLS)
     for i, message in enumerate(messages):
         match message.get("role"):
             case "user" if (text := view.user_text(message, TEXT)) is not None:
@@ -33,26 +34,6 @@ def parse_request(body: dict[str, Any]) -> Request:
             case "assistant":
                 request.calls += [call for entry in message.get("tool_calls") or [] if (call := _call(entry))]
     return request
-
-
-def _parse_tools(body: dict[str, Any], request: Request) -> None:
-    tools = body.get("tools")
-    if not isinstance(tools, list) or not tools:
-        return
-    converted = [view.function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), i)
-                 if isinstance(entry, dict) and entry.get("type") == "function"
-                 and isinstance(fn := entry.get("function"), dict) else None for i, entry in enumerate(tools)]
-    request.tools = [tool for tool in converted if tool is not None]
-
-    def back(tool: dict[str, Any], template: dict[str, Any] | None) -> dict[str, Any]:
-        template = template or {"type": "function", "function": {}}
-        function = {key: value for key, value in template["function"].items()
-                    if key not in ("name", "description", "parameters")}
-        function = {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
-                    "parameters": tool.get("inputSchema", {"type": "object"}), **function}
-        return {**template, "function": function}
-
-    request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
 
 
 def _call(entry: Any) -> ToolCall | None:

@@ -13,11 +13,12 @@ from typing import Any
 import orjson
 
 from chaosproxy.engine.actions import BlankCompletion
-from chaosproxy.protocols.llm import stream, view
+from chaosproxy.protocols.llm import OPENAI_RESPONSES, stream, view
 from chaosproxy.protocols.llm.view import FormatError, Reply, Request, Text, ToolCall
 
-API = "openai-responses"
+API = OPENAI_RESPONSES
 TEXT = "input_text"
+TOOLS = view.ToolShape(lambda entry: entry.get("type") == "function", "parameters", new_entry={"type": "function"})
 _FINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -25,7 +26,7 @@ def parse_request(body: dict[str, Any]) -> Request:
     items = body.get("input")
     model = body.get("model")
     request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True, turn=0)
-    _parse_tools(body, request)
+    TOOLS.parse(body, request)
     if isinstance(items, str):
         request.prompts.append(Text(items, lambda text: body.__setitem__("input", text)))
         return request
@@ -50,25 +51,6 @@ def parse_request(body: dict[str, Any]) -> Request:
 def _kind(item: dict[str, Any]) -> str | None:
     kind = item.get("type", "message")
     return item.get("role") if kind == "message" else kind
-
-
-def _parse_tools(body: dict[str, Any], request: Request) -> None:
-    tools = body.get("tools")
-    if not isinstance(tools, list) or not tools:
-        return
-    converted = [view.function_tool(entry.get("name"), entry.get("description"), entry.get("parameters"), i)
-                 if isinstance(entry, dict) and entry.get("type") == "function" else None
-                 for i, entry in enumerate(tools)]
-    request.tools = [tool for tool in converted if tool is not None]
-
-    def back(tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
-        template = {key: value for key, value in (original or {"type": "function"}).items()
-                    if key not in ("name", "description", "parameters")}
-        return {**template, "name": tool["name"],
-                **({"description": tool["description"]} if "description" in tool else {}),
-                "parameters": tool.get("inputSchema", {"type": "object"})}
-
-    request.put_tools = lambda shown: body.__setitem__("tools", view.merged_tools(tools, converted, shown, back))
 
 
 def _call(item: dict[str, Any]) -> ToolCall:

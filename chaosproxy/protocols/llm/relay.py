@@ -19,7 +19,6 @@ import hashlib
 from collections import ChainMap, OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
@@ -32,22 +31,12 @@ from chaosproxy.engine.scenario import Scenario
 from chaosproxy.faults import Fault, Level
 from chaosproxy.faults._llm import LlmFault, PromptFault
 from chaosproxy.protocols import streams
-from chaosproxy.protocols.llm import (
-    ANTHROPIC,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
-    anthropic,
-    api_for_path,
-    openai_chat,
-    openai_responses,
-    stream,
-    view,
-)
+from chaosproxy.protocols.llm import api_for_path, stream, view
+from chaosproxy.protocols.llm.format import FORMATS, ModelFormat
 from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolResult
 from chaosproxy.protocols.session_memory import SessionMemory
 from chaosproxy.telemetry.log import ops
 
-FORMATS: dict[str, ModuleType] = {OPENAI_CHAT: openai_chat, ANTHROPIC: anthropic, OPENAI_RESPONSES: openai_responses}
 MAX_SESSIONS = 1024
 MAX_REMEMBERED = 4096  # per session and kind: tool calls, answers, rewritten history items
 
@@ -180,7 +169,7 @@ class LlmRelay:
 class LlmExchange:
     """One model-API request and its reply."""
 
-    def __init__(self, relay: LlmRelay, fmt: ModuleType, msg: Message, body: dict[str, Any],
+    def __init__(self, relay: LlmRelay, fmt: ModelFormat, msg: Message, body: dict[str, Any],
                  request: Request) -> None:
         self.relay = relay
         self.engine = relay.engine
@@ -258,7 +247,7 @@ class LlmExchange:
         for tool in shown:
             if id(tool) in untouched:
                 continue
-            real = _name_of_entry(view.template_of(tool, entries))
+            real = self.fmt.TOOLS.name_of(view.template_of(tool, entries))
             if real is not None and real != tool["name"]:
                 self.memory.counterparts.remember(tool["name"], real)
                 if real not in names:
@@ -515,14 +504,6 @@ def _as_said(call: ToolCall, routed: dict[str, Any] | None, final: dict[str, Any
         names = dict(zip(shown, said, strict=True))  # routes rename arguments one for one, in order
         return name, view.json_text({names.get(key, key): value for key, value in got.items()})
     return name, arguments
-
-
-def _name_of_entry(entry: Any) -> str | None:
-    """The name of a format's tool entry (Chat Completions nests it under `function`)."""
-    if not isinstance(entry, dict):
-        return None
-    name = entry["function"].get("name") if isinstance(entry.get("function"), dict) else entry.get("name")
-    return name if isinstance(name, str) else None
 
 
 def _answer_result(message: dict[str, Any]) -> dict[str, Any]:

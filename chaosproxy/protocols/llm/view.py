@@ -149,9 +149,9 @@ def stream_event(base: Message, relayed: int) -> Message:
                                             "params": {"relayed": relayed}})
 
 
-def messages_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], Request, int]:
+def messages_request(body: dict[str, Any], tools: ToolShape) -> tuple[list[dict[str, Any]], Request, int]:
     """A request whose history is a `messages` list (Chat Completions, Messages): the list, the Request
-    with its model, stream flag and turn, and the index of the last assistant message (-1: none)."""
+    with its model, stream flag, turn and tools, and the index of the last assistant message (-1: none)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise FormatError("no 'messages' list of objects")
@@ -159,6 +159,7 @@ def messages_request(body: dict[str, Any]) -> tuple[list[dict[str, Any]], Reques
     assistant = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     request = Request(model=model if isinstance(model, str) else None, stream=body.get("stream") is True,
                       turn=len(assistant))
+    tools.parse(body, request)
     return messages, request, assistant[-1] if assistant else -1
 
 
@@ -236,6 +237,49 @@ def result_from_mcp(result: dict[str, Any], original: Any, text_type: str) -> An
 
 def _is_text(part: Any, text_type: str) -> bool:
     return isinstance(part, dict) and part.get("type") == text_type and isinstance(part.get("text"), str)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolShape:
+    """How a format writes a function tool in a request's `tools` array: which entries are function tools
+    (others, a provider's built-in tools, pass untouched), the key of the input schema, the key the fields
+    sit under (Chat Completions' `function`; None: in the entry itself), and the entry a tool a fault made
+    up is written into."""
+
+    is_function: Callable[[dict[str, Any]], bool]
+    schema_key: str
+    nested: str | None = None
+    new_entry: Mapping[str, Any] = field(default_factory=dict)
+
+    def fields(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """The entry's name, description and schema holder."""
+        return entry[self.nested] if self.nested else entry
+
+    def name_of(self, entry: dict[str, Any] | None) -> str | None:
+        """The name of a function tool's entry (None for none)."""
+        name = self.fields(entry).get("name") if entry is not None else None
+        return name if isinstance(name, str) else None
+
+    def parse(self, body: dict[str, Any], request: Request) -> None:
+        """The body's function tools, MCP-shaped, into `request.tools`, and how to put a changed list back."""
+        tools = body.get("tools")
+        if not isinstance(tools, list) or not tools:
+            return
+        converted = [function_tool((fields := self.fields(entry)).get("name"), fields.get("description"),
+                                   fields.get(self.schema_key), i)
+                     if isinstance(entry, dict) and self.is_function(entry) else None for i, entry in enumerate(tools)]
+        request.tools = [tool for tool in converted if tool is not None]
+        request.put_tools = lambda shown: body.__setitem__("tools", merged_tools(tools, converted, shown, self.entry))
+
+    def entry(self, tool: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any]:
+        """The format's entry for an MCP-shaped tool: the tool's name, description and schema, with the
+        other keys of the entry it came from (of `new_entry` for a tool a fault made up)."""
+        entry = dict(original if original is not None else self.new_entry)
+        kept = {key: value for key, value in self.fields(entry).items()
+                if key not in ("name", "description", self.schema_key)}
+        fields = {"name": tool["name"], **({"description": tool["description"]} if "description" in tool else {}),
+                  self.schema_key: tool.get("inputSchema", {"type": "object"}), **kept}
+        return {**entry, self.nested: fields} if self.nested else fields
 
 
 def function_tool(name: Any, description: Any, schema: Any, index: int) -> dict[str, Any] | None:
