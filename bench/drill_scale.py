@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.mcp_support import serve  # noqa: E402  (the bundled server, started and stopped the tests' way)
+from tests.helpers.mcp_support import serve  # noqa: E402  (the bundled server, started and stopped the tests' way)
 
 SUITE = ROOT / "scenarios" / "suites" / "robustbench-tc.yaml"
 

@@ -1,4 +1,4 @@
-"""The data plane's differential oracle (tests/test_oracle.py) over many more examples than CI runs:
+"""The data plane's differential oracle (tests/adapters/test_oracle.py) over many more examples than CI runs:
 every path, compiled and from source, against direct.
 
     python bench/oracle_long.py [EXAMPLES]     # default 2000, about a minute per thousand per form
@@ -21,7 +21,7 @@ def main() -> int:
         env = {**os.environ, "CHAOSPROXY_ORACLE_EXAMPLES": examples, **extra}
         print(f"oracle, {examples} examples, {form}", flush=True)
         status |= subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  "tests/test_oracle.py"], cwd=ROOT, env=env, timeout=3600).returncode
+                                  "tests/adapters/test_oracle.py"], cwd=ROOT, env=env, timeout=3600).returncode
     return status
 
 

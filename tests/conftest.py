@@ -19,9 +19,9 @@ from chaosproxy.demo import tool_server
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.telemetry.log import PerturbationLog
-from tests.framing_support import Script, ScriptedUpstream
-from tests.mcp_support import STRICT_SERVER, serve
-from tests.support import RunningProxy, ServerLoop
+from tests.helpers.framing_support import Script, ScriptedUpstream
+from tests.helpers.mcp_support import STRICT_SERVER, serve
+from tests.helpers.support import RunningProxy, ServerLoop
 
 
 @pytest.fixture(scope="session")
@@ -83,14 +83,14 @@ def mcp_sse() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def mcp_strict() -> Iterator[str]:
-    """tests/strict_server.py: tools with strict output schemas (enums, formats, no extra keys)."""
+    """tests/helpers/strict_server.py: tools with strict output schemas (enums, formats, no extra keys)."""
     with serve("http", command=STRICT_SERVER) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def mcp_paged() -> Iterator[str]:
-    """tests/strict_server.py listing its tools two per page."""
+    """tests/helpers/strict_server.py listing its tools two per page."""
     with serve("http", "--page-size", "2", command=STRICT_SERVER) as url:
         yield url
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, wait_listening
+from tests.helpers.support import free_port, wait_listening
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
 

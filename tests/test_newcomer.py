@@ -14,7 +14,7 @@ from chaosproxy.faults import all_faults
 from chaosproxy.report.compare import CompareRow
 from chaosproxy.report.stats import Rate
 from chaosproxy.report.svg import MIN_BAR_W, OTHER_COLOUR, comparison_chart
-from tests.test_compare import _drill
+from tests.report.test_compare import _drill
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port
+from tests.helpers.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -318,7 +318,7 @@ def _spawn(command: list[str], out: Path, cwd: Path | None = None, temp: Path | 
 
 
 def _wait_ports(ports: list[int], proc: subprocess.Popen, timeout: float = 30) -> None:
-    from tests.readme_wait import wait
+    from tests.helpers.readme_wait import wait
     deadline = time.monotonic() + timeout
     for port in ports:
         assert wait(port, deadline, alive=lambda: proc.poll() is None), f"nothing listening on {port}"

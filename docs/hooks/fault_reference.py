@@ -52,7 +52,7 @@ def by_component(item: tuple[str, Any]) -> tuple[int, str]:
 
 def fault_section(name: str, cls: Any, bundled: tuple[Path, str, dict[str, Any]] | None) -> str:
     """One fault's section: heading, summary, parameters, what it reproduces, an example rule."""
-    if bundled is None:  # tests/test_scenario_library.py asks for one too
+    if bundled is None:  # tests/faults/test_scenario_library.py asks for one too
         raise ValueError(f"fault {name}: no bundled scenario uses it (scenarios/{cls.component}/{name}.yaml)")
     path, reproduces, rule = bundled
     return "\n".join([
