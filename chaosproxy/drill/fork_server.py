@@ -34,11 +34,11 @@ def _child(request: dict[str, Any], cli_main: Any) -> None:
         status = cli_main(request["argv"])
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:  # the child must never return into the launcher's loop
+    except BaseException as exc:  # fail open: the child must never return into the launcher's loop (it exits 1)
         print(f"chaosproxy: the launched proxy failed: {exc!r}", file=sys.stderr)
     finally:
         for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # fail open: a broken stream must not keep the child alive
                 stream.flush()
         os._exit(status)
 
