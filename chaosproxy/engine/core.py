@@ -377,7 +377,7 @@ class Engine:
             _learn_tools(view, tools)
 
     def decide(self, msg: Message, *, wire: bool = True, messages: bool = True,
-               key: str | None = None) -> list[Fired]:
+               key: str | None = None, carries: Callable[[Action], bool] | None = None) -> list[Fired]:
         """The faults that fire on `msg`, in rule order, each already logged.
 
         `wire` and `messages` choose between faults acting on the transport (a whole HTTP response)
@@ -387,6 +387,10 @@ class Engine:
         `key` names the message's content (a model-API conversation resends its history every turn):
         a message seen before under the same key gets the decision it got then, drawn from a stream
         of (seed, rule, key) alone, and counts as one match however often it is resent.
+
+        `carries` says whether the caller can carry out an action on what `msg` stands for (an A2A
+        relay's view of a task has no isError flag to set on a working update): one it cannot changes
+        nothing the agent gets, so, like a rewrite that changes nothing, it does not fire.
         """
         fired: list[Fired] = []
         entry = self._entry(msg.session, _view_name(msg))  # before any counter: they go when it goes
@@ -395,7 +399,7 @@ class Engine:
             steps.append(("tool routes", lambda: self._route(msg, entry.state)))
         elif messages and msg.phase is Phase.RESPONSE and msg.rpc is not None and msg.method in _LEARNED:
             steps.append(("learning output schemas", lambda: self._learn(msg, entry.state)))
-        steps += [(rule.rule.name, functools.partial(self._gate_and_act, rule, msg, entry, key))
+        steps += [(rule.rule.name, functools.partial(self._gate_and_act, rule, msg, entry, key, carries))
                   for rule in self._in_order[msg.phase, wire, messages]]
         for name, step in steps:
             try:
@@ -460,8 +464,8 @@ class Engine:
             msg.replace(rpc)
         return fired
 
-    def _gate_and_act(self, compiled: _CompiledRule, msg: Message, entry: Session,
-                      key: str | None = None) -> Fired | None:
+    def _gate_and_act(self, compiled: _CompiledRule, msg: Message, entry: Session, key: str | None = None,
+                      carries: Callable[[Action], bool] | None = None) -> Fired | None:
         rule = compiled.rule
         if not rule.enabled or not compiled.matches(msg):
             if rule.enabled and compiled.rpc_only and not compiled.told_plain and msg.phase is Phase.REQUEST \
@@ -512,7 +516,7 @@ class Engine:
         if isinstance(action, Skip):
             self._log_skip(rule, msg, action.reason)
             return None
-        if _changes_nothing(action, msg):
+        if _changes_nothing(action, msg) or (carries is not None and not carries(action)):
             return None
         if not (seen and seen[1]):
             counter.fired += 1
@@ -549,7 +553,7 @@ class Engine:
             if msg.body is not None:
                 extra["original_digest"] = digest(msg.body)
         fields = dict(
-            rule=rule.name, fault=fault.type, component=fault.component, level=fault.level,
+            rule=rule.name, fault=fault.type, component=fault.component, level=fault.level_on(msg),
             phase=msg.phase, transport=msg.transport, session=msg.session, route=msg.route,
             http_method=msg.http_method, path=msg.path, method=msg.method, tool=msg.tool,
             rpc_id=msg.rpc_id, match_index=index, params=fault.params(),

@@ -92,6 +92,10 @@ class TaskStateFault(Fault):
     # (the remote agent is not asked again about a task it finished)
     holds_results: ClassVar[bool] = False
 
+    def level_on(self, msg: Message) -> Level:
+        """A2A on an A2A relay's task, MCP on the answer to an MCP Tasks poll."""
+        return Level.A2A if msg.a2a is not None else Level.MCP
+
     def act(self, ctx: FaultContext) -> Action | None:
         reply = task_reply(ctx.message)
         return None if reply is None else self.on_task(reply, ctx)

@@ -83,6 +83,11 @@ class Fault(BaseModel):
     def phase(self) -> Phase:
         return self.acts_on
 
+    def level_on(self, msg: Message) -> Level:
+        """The level the fault worked at on `msg`, for its log line: its `level`, unless it acts on
+        more than one surface (a task-state fault on MCP's Tasks or on A2A's tasks)."""
+        return self.level
+
     @property
     def on_messages(self) -> bool:
         """True for faults that act on JSON-RPC messages, False for those that act on the wire.

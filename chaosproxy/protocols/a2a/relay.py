@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from yarl import URL
 
-from chaosproxy.engine.actions import EndStream, Garble, Reply, Respond, Rewrite, Withhold
+from chaosproxy.engine.actions import Action, EndStream, Garble, Reply, Respond, Rewrite, Withhold
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import Scenario
@@ -31,6 +31,7 @@ from chaosproxy.faults._task_state import TaskStateFault
 from chaosproxy.protocols import a2a, streams
 from chaosproxy.protocols.a2a import card as cards
 from chaosproxy.protocols.a2a import wire
+from chaosproxy.protocols.a2a.texts import PieceTexts
 from chaosproxy.protocols.a2a.wire import A2aCall, Piece
 from chaosproxy.protocols.llm.relay import key_of
 from chaosproxy.protocols.session_memory import SessionMemory
@@ -207,7 +208,8 @@ class A2aExchange:
         view = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": self.call.method,
                                                "params": body}, self.call)
         before = view.rpc
-        for fired in self._decide(view):
+        new_params = _rewrites(view, "params")
+        for fired in self._decide(view, carries=lambda action: isinstance(action, Reply) or new_params(action)):
             if isinstance(fired.action, Reply):
                 return _rest_answer(fired.action.message)
         if view.rpc is not before and isinstance(params := (view.rpc or {}).get("params"), dict):
@@ -282,7 +284,7 @@ class A2aExchange:
         if self.interest.cards:
             call = A2aCall(self.call.method, self.call.version, self.call.binding, agent=relay.agent, kind="card")
             view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": card}, call)
-            self._decide(view)
+            self._decide(view, carries=_rewrites(view, "result"))
             if isinstance(new := (view.rpc or {}).get("result"), dict) and new is not card:
                 card, changed = new, True
         if changed and "signatures" in card:
@@ -371,21 +373,24 @@ class A2aExchange:
                       streamed: bool = False) -> Any:
         """Ask the engine about one piece (as itself, then its texts as a tool result), put what fired
         in its place. Returns True when the piece changed; a stream's event may also be withheld or end
-        the stream (EndStream, Withhold) or be replaced by broken bytes."""
+        the stream (EndStream, Withhold) or be replaced by broken bytes (a whole reply keeps what it
+        cannot do without: there, faults that would do so do not fire)."""
         task_id = piece.task_id
         key = self._task_key(task_id) if task_id is not None else None
         if key is None and streamed:
             key = f"a2a stream#{call.stream}"
         real = piece.obj
         view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": piece.obj}, call)
-        fired = self._decide(view, key)
+        new_piece = _rewrites(view, "result")
+        fired = self._decide(view, key, carries=lambda action: new_piece(action) or (  # (a whole reply keeps it)
+            streamed and isinstance(action, EndStream | Withhold | Garble)))
         changed = False
         for one in fired:
             action = one.action
             if isinstance(action, EndStream | Withhold):
-                return action if streamed else None  # (a whole reply keeps what it cannot do without)
+                return action
             if isinstance(action, Garble):
-                return action.raw if streamed else None
+                return action.raw
         new = (view.rpc or {}).get("result")
         if isinstance(new, dict) and new is not real:
             piece.put(new)
@@ -395,7 +400,11 @@ class A2aExchange:
                                            and isinstance(f.action, Rewrite) for f in fired):
                 held = dict(snapshot) if snapshot else real
                 self.memory.held.remember(task_id, held if held.get("id") == task_id else real)
-        changed |= self._decide_texts(piece, call, key)
+        said = self._decide_texts(piece, call, key)
+        if said is not None:
+            piece.put(said)
+            piece = wire.Piece(piece.kind, said, piece.put)
+            changed = True
         state = piece.state
         if task_id is not None and state is not None:
             self.memory.states.remember(task_id, state)
@@ -403,34 +412,26 @@ class A2aExchange:
             self.msg.trace.task(task_id, state.value if state is not None else None)
         return changed
 
-    def _decide_texts(self, piece: Piece, call: A2aCall, key: str | None) -> bool:
-        """The texts a piece carries, as the content of a tools/call result of its skill (or agent), through
-        the content faults; each changed text is put back in its part."""
-        parts = [(parts, i) for parts in wire.part_lists(piece) for i, part in enumerate(parts)
-                 if wire.part_text(part) is not None]
-        if not parts:
-            return False
-        texts = [wire.part_text(holder[i]) for holder, i in parts]
-        content = [{"type": "text", "text": text} for text in texts]
+    def _decide_texts(self, piece: Piece, call: A2aCall, key: str | None) -> dict[str, Any] | None:
+        """The piece's texts (and outcome), as a tools/call result of its skill (or agent), through the
+        content and reward faults: the piece saying what they made of it, or None when none changed it.
+        Only what the piece can carry back fires (`texts.PieceTexts`)."""
+        texts = PieceTexts.of(piece, call)
+        if texts is None:
+            return None
         name = call.skill or call.agent or "a2a"
         request = self._synthetic(Phase.REQUEST, {"jsonrpc": "2.0", "id": self.rpc_id, "method": "tools/call",
                                                   "params": {"name": name, "arguments": {}}}, call)
-        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id,
-                                                "result": {"content": content}}, call, request=request)
-        before = view.rpc
-        fired = self._decide(view, key_of("a2a texts", key or "", orjson.dumps(texts)))
-        after = (view.rpc or {}).get("result") if view.rpc is not before else None
-        new_content = after.get("content") if isinstance(after, dict) else None
-        if any(isinstance(f.action, Garble) for f in fired) or not isinstance(new_content, list) \
-                or len(new_content) != len(content):
-            return False
-        changed = False
-        for (holder, i), old, new in zip(parts, content, new_content, strict=True):
-            text = new.get("text") if isinstance(new, dict) else None
-            if isinstance(text, str) and text != old["text"] and (part := wire.with_text(holder[i], text)) is not None:
-                holder[i] = part
-                changed = True
-        return changed
+        result = texts.result()
+        view = self._synthetic(Phase.RESPONSE, {"jsonrpc": "2.0", "id": self.rpc_id, "result": result}, call,
+                               request=request)
+
+        def carries(action: Action) -> bool:
+            said = texts.written(action.message.get("result")) if isinstance(action, Rewrite) else None
+            return said is not None and said != texts.written((view.rpc or {}).get("result"))
+
+        fired = self._decide(view, key_of("a2a texts", key or "", orjson.dumps(result)), carries=carries)
+        return texts.written((view.rpc or {}).get("result")) if fired else None
 
     def _task_key(self, task_id: str) -> str:
         """A task's decision key: its order of first appearance in the session, not its id (a random
@@ -455,10 +456,21 @@ class A2aExchange:
         msg.replace(rpc)
         return msg
 
-    def _decide(self, message: Message, key: str | None = None) -> list[Fired]:
-        fired = self.engine.decide(message, wire=False, key=key)
+    def _decide(self, message: Message, key: str | None = None, *,
+                carries: Callable[[Action], bool]) -> list[Fired]:
+        """The faults that fire on a synthetic message: only those whose action this relay carries out."""
+        fired = self.engine.decide(message, wire=False, key=key, carries=carries)
         self.faults.extend(f.rule.name for f in fired)
         return fired
+
+
+def _rewrites(view: Message, field: str) -> Callable[[Action], bool]:
+    """Whether an action puts a new `field` (an object: a request's params, a reply's result) in `view`:
+    all a relay's view carries back into the real message but for answers and stream breaks."""
+    def carries(action: Action) -> bool:
+        new = action.message.get(field) if isinstance(action, Rewrite) else None
+        return isinstance(new, dict) and new != (view.rpc or {}).get(field)
+    return carries
 
 
 def _rest_answer(message: dict[str, Any]) -> Respond:

@@ -227,17 +227,22 @@ def with_state(piece: Piece, spelling: str, state: TaskState, text: str | None, 
                keep_results: bool) -> dict[str, Any]:
     """The piece (a task or a status update) in `state`, its status message saying `text` (none when
     None); a task's artifacts dropped unless `keep_results`. Other fields as they were."""
-    obj = dict(piece.obj)
-    status = dict(obj.get("status") or {})
-    status["state"] = a2a_spelling(state, "0.3" if spelling == V0_3 else "1.0")
+    obj = in_state(piece, spelling, state)
+    status = obj["status"]
     key = "update" if spelling == V0_3_REST else "message"
     if text is None:
         status.pop(key, None)
     else:
         status[key] = agent_message(text, spelling, piece.task_id, obj.get("contextId"))
-    obj["status"] = status
     if piece.kind == "task" and not keep_results:
         obj.pop("artifacts", None)
+    return obj
+
+
+def in_state(piece: Piece, spelling: str, state: TaskState) -> dict[str, Any]:
+    """The piece (a task or a status update) in `state`, all else as it was (its status message too)."""
+    obj = dict(piece.obj)
+    obj["status"] = {**(obj.get("status") or {}), "state": a2a_spelling(state, "0.3" if spelling == V0_3 else "1.0")}
     if piece.kind == "status" and spelling != V1_0:
         obj["final"] = state in TERMINAL or state in INTERRUPTED
     return obj
