@@ -12,7 +12,11 @@ The standard variables are honoured (read once, at start): the endpoint
 (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`),
 `OTEL_EXPORTER_OTLP[_TRACES]_HEADERS`, `_TIMEOUT` and `_COMPRESSION` (gzip), `OTEL_SERVICE_NAME`,
 `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`/`_ARG` (see `Sampler`) and `OTEL_BSP_SCHEDULE_DELAY`,
-`OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`.
+`OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`, and the attribute
+value length limit (`OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`): a
+longer string value (of any attribute, an event's and a link's too) is cut to that many characters, its
+last one `…`. Unlike the SDK's, the limit is never off (DEFAULT_VALUE_LIMIT): what agents and upstreams
+send reaches these attributes, and a span must stay small whatever they send.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from chaosproxy.telemetry.log import ops
-from chaosproxy.telemetry.redact import redacted_url
+from chaosproxy.telemetry.redact import redacted_url, truncated
 
 if TYPE_CHECKING:
     from chaosproxy.telemetry.tracing import SpanData
@@ -38,6 +42,8 @@ DEFAULT_ENDPOINT = "http://localhost:4318"
 SCOPE = "chaosproxy"
 ERROR = 2  # Status.code
 MAX_CACHED = 4096  # encoded attributes kept for reuse (they repeat: method, tool, address, session...)
+MAX_CACHED_BYTES = 4 << 20  # and the bytes they may hold: all forgotten when either is reached
+DEFAULT_VALUE_LIMIT = 4096  # characters of a string attribute value when no OTEL_*_VALUE_LENGTH_LIMIT says
 TIMES = struct.Struct("<BQBQ")  # Span.start_time_unix_nano, end_time_unix_nano: tags and fixed64 values
 SMALL = [bytes((number,)) for number in range(0x80)]  # one-byte varints
 WARN_EVERY_S = 60.0  # an unreachable collector is reported once a minute, not once a batch
@@ -55,6 +61,7 @@ class Settings:
     schedule_delay_s: float = 5.0
     max_queue: int = 2048
     max_batch: int = 512
+    value_limit: int = DEFAULT_VALUE_LIMIT  # characters of a string attribute value
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str], resource: Mapping[str, Any]) -> Settings:
@@ -84,6 +91,7 @@ class Settings:
             max_queue=max(1, int(_number(environ.get("OTEL_BSP_MAX_QUEUE_SIZE", ""), 2048, "OTEL_BSP_MAX_QUEUE_SIZE"))),
             max_batch=max(1, int(_number(environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", ""), 512,
                                          "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"))),
+            value_limit=_value_limit(environ),
         )
 
 
@@ -108,7 +116,7 @@ class Exporter:
         self._max_batch = settings.max_batch
         self._wake = threading.Event()
         self._stopping = False
-        self.encoder = Encoder(settings.resource, scope_version)
+        self.encoder = Encoder(settings.resource, scope_version, settings.value_limit)
         self._url = urlsplit(settings.endpoint)
         self._connection: http.client.HTTPConnection | None = None
         self._last_warning = -WARN_EVERY_S
@@ -210,10 +218,13 @@ class Encoder:
     from call to call can be one block encoded once (`head`, called on the loop); the rest is called
     by the exporter's thread alone (its caches are not shared)."""
 
-    def __init__(self, resource: Mapping[str, Any], scope_version: str) -> None:
+    def __init__(self, resource: Mapping[str, Any], scope_version: str,
+                 value_limit: int = DEFAULT_VALUE_LIMIT) -> None:
+        self.value_limit = value_limit
         self._cache: dict[tuple[str, Any, type], bytes] = {}  # (key, value, its type) -> encoded
+        self._cached_bytes = 0
         self._names: dict[tuple[str, int], bytes] = {}
-        resource_message = b"".join(_field(1, _key_value(key, value)) for key, value in resource.items()
+        resource_message = b"".join(_field(1, self._key_value(key, value)) for key, value in resource.items()
                                     if value is not None)
         scope = _field(1, SCOPE.encode()) + _field(2, scope_version.encode())
         self._resource = _field(1, resource_message)  # ResourceSpans.resource
@@ -224,10 +235,9 @@ class Encoder:
         resource_spans = self._resource + _field(2, self._scope + b"".join(spans))
         return _field(1, resource_spans)  # ExportTraceServiceRequest.resource_spans
 
-    @staticmethod
-    def head(name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
+    def head(self, name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
         """Span.name, Span.kind and `attributes` (Span.attributes), for `span` to take as they are."""
-        return _field(5, name.encode()) + b"\x30" + _varint(kind) + _plain_attributes(9, attributes)
+        return _field(5, name.encode()) + b"\x30" + _varint(kind) + self._plain_attributes(9, attributes)
 
     def attributes(self, attributes: Mapping[str, Any]) -> bytes:
         """`attributes` as Span.attributes; an attribute seen before is not encoded again."""
@@ -238,11 +248,13 @@ class Encoder:
             try:
                 cached = cache.get(item)
             except TypeError:  # a structure: encoded as its str(), not kept
-                cached = _field(9, _key_value(key, value))
+                cached = _field(9, self._key_value(key, value))
             if cached is None:
-                if len(cache) >= MAX_CACHED:  # values that do not repeat (request ids) fill it
-                    cache.clear()
-                cached = cache[item] = _field(9, _key_value(key, value))
+                if len(cache) >= MAX_CACHED or self._cached_bytes >= MAX_CACHED_BYTES:  # values that do not
+                    cache.clear()  # repeat (request ids) fill it
+                    self._cached_bytes = 0
+                cached = cache[item] = _field(9, self._key_value(key, value))
+                self._cached_bytes += len(cached)
             parts.append(cached)
         return b"".join(parts)
 
@@ -271,12 +283,30 @@ class Encoder:
         parts = []
         for time_ns, name, attributes in events or ():  # Span.events
             parts.append(_field(11, b"\x09" + struct.pack("<Q", time_ns) + _field(2, name.encode())
-                                + _plain_attributes(3, attributes)))
+                                + self._plain_attributes(3, attributes)))
         for trace_id, span_id, attributes in links or ():  # Span.links
-            parts.append(_field(13, b"\x0a\x10" + trace_id + b"\x12\x08" + span_id + _plain_attributes(4, attributes)))
+            parts.append(_field(13, b"\x0a\x10" + trace_id + b"\x12\x08" + span_id
+                                + self._plain_attributes(4, attributes)))
         if error is not None:  # Status{message, code=ERROR}
             parts.append(_field(15, _field(2, error.encode()) + b"\x18" + _varint(ERROR)))
         return b"".join(parts)
+
+    def _plain_attributes(self, number: int, attributes: Mapping[str, Any]) -> bytes:
+        """Attributes as repeated field `number` (a head's, an event's, a link's: not cached here)."""
+        return b"".join(_field(number, self._key_value(key, value)) for key, value in attributes.items())
+
+    def _key_value(self, key: str, value: Any) -> bytes:
+        """KeyValue{key, AnyValue}: str, bool, int and float as themselves, anything else as its str(),
+        a string cut to the value limit."""
+        if isinstance(value, bool):
+            any_value = b"\x10" + _varint(int(value))
+        elif isinstance(value, int):
+            any_value = b"\x18" + _varint(value)
+        elif isinstance(value, float):
+            any_value = b"\x21" + struct.pack("<d", value)
+        else:
+            any_value = _field(1, truncated(str(value), self.value_limit).encode())
+        return _field(1, key.encode()) + _field(2, any_value)
 
 
 def ids(trace_id: bytes, span_id: bytes, parent_id: bytes = b"", trace_state: str = "") -> bytes:
@@ -286,11 +316,6 @@ def ids(trace_id: bytes, span_id: bytes, parent_id: bytes = b"", trace_state: st
     if trace_state:
         encoded += _field(3, trace_state.encode())
     return encoded + b"\x22\x08" + parent_id if parent_id else encoded
-
-
-def _plain_attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
-    """Attributes as repeated field `number` (an event's, a link's: rare, not cached)."""
-    return b"".join(_field(number, _key_value(key, value)) for key, value in attributes.items())
 
 
 def _varint(number: int) -> bytes:
@@ -312,19 +337,6 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _key_value(key: str, value: Any) -> bytes:
-    """KeyValue{key, AnyValue}: str, bool, int and float as themselves, anything else as its str()."""
-    if isinstance(value, bool):
-        any_value = b"\x10" + _varint(int(value))
-    elif isinstance(value, int):
-        any_value = b"\x18" + _varint(value)
-    elif isinstance(value, float):
-        any_value = b"\x21" + struct.pack("<d", value)
-    else:
-        any_value = _field(1, str(value).encode())
-    return _field(1, key.encode()) + _field(2, any_value)
-
-
 def _pairs(text: str, variable: str) -> dict[str, str]:
     """`key=value,key=value` (values percent-encoded), as OTEL_RESOURCE_ATTRIBUTES and _HEADERS are written."""
     pairs: dict[str, str] = {}
@@ -337,6 +349,18 @@ def _pairs(text: str, variable: str) -> dict[str, str]:
             continue
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs
+
+
+def _value_limit(environ: Mapping[str, str]) -> int:
+    """The attribute value length limit the OTEL_* variables set (the span's own first), else the default."""
+    for variable in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        text = (environ.get(variable) or "").strip()
+        if text:
+            if text.isdigit() and int(text) > 0:
+                return int(text)
+            ops.warning("%s=%r is not a positive number of characters; using %d", variable, text,
+                        DEFAULT_VALUE_LIMIT)
+    return DEFAULT_VALUE_LIMIT
 
 
 def _number(text: str, default: float, variable: str) -> float:

@@ -1,4 +1,5 @@
-"""URLs as the proxy may show them (spans, log lines, the start-up line, errors): no secret leaves in one.
+"""What the proxy shows of what it was given (spans, log lines, reports, the start-up line, errors): no secret
+leaves in a URL, and a value from an agent or upstream is bounded (`truncated`).
 
 A configured upstream or collector may carry credentials in its userinfo, and an agent's request may be
 a signed URL. The OpenTelemetry URL conventions say what to do with both, and the proxy does it wherever
@@ -14,6 +15,7 @@ from urllib.parse import unquote
 
 USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#]*@")
 # the conventions' list (AWS, CloudFront, Azure SAS, Google Cloud Storage signed URLs)
+TRUNCATED = "…"  # the last character of a value that was cut
 SENSITIVE_QUERY_KEYS = frozenset({"AWSAccessKeyId", "Signature", "sig", "X-Goog-Signature", "X-Amz-Signature",
                                   "X-Amz-Credential", "X-Amz-Security-Token"})
 
@@ -31,3 +33,8 @@ def redacted_url(url: str) -> str:
     redacted = [f"{key}=REDACTED" if (key := pair.partition("=")[0]) in SENSITIVE_QUERY_KEYS
                 or "%" in key and unquote(key) in SENSITIVE_QUERY_KEYS else pair for pair in pairs]
     return url if redacted == pairs else f"{url[:query_at + 1]}{'&'.join(redacted)}{url[end:]}"
+
+
+def truncated(text: str, limit: int) -> str:
+    """`text` when at most `limit` characters, else cut to that many, its last one TRUNCATED."""
+    return text if len(text) <= limit else text[:max(0, limit - 1)] + TRUNCATED

@@ -18,6 +18,11 @@ stdio), else the HTTP `traceparent` header, else `$TRACEPARENT` (a drill's run);
 names another context than `_meta`, it becomes a link. The proxy's own context goes upstream in
 both carriers, so the tool server's spans nest under the proxy's.
 
+What agents and upstreams send is hostile: a name that reaches a span (a tool's, a prompt's, a method's,
+a model's, a session's, a request id) is cut to MAX_NAME characters, its last one `…`, before it names a
+span or keys a cache, and chaosproxy.telemetry.otlp cuts every other string value to the attribute value
+length limit. The caches of encoded span heads are bounded in bytes as well as in entries.
+
 A fired fault shows three ways, because viewers differ (Langfuse ignores span events): attributes
 on the call's span (`chaosproxy.fault.*`, status ERROR when the fault failed the call), a child span
 `chaosproxy.fault {type}` lasting as long as the delay or hang it injected, and a span event with
@@ -56,7 +61,7 @@ from chaosproxy.protocols import a2a
 from chaosproxy.protocols.llm import ANTHROPIC
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Outcome
-from chaosproxy.telemetry.redact import redacted_url
+from chaosproxy.telemetry.redact import redacted_url, truncated
 
 if TYPE_CHECKING:
     from chaosproxy.engine.message import Message
@@ -83,6 +88,9 @@ KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
 MAX_ID64 = (1 << 64) - 1
 CLIENT = KIND["CLIENT"]
 MAX_HEADS = 4096  # encoded span heads kept (one per method, tool, session, upstream...), all forgotten when full
+MAX_HEADS_BYTES = 4 << 20  # or when they hold this many bytes
+MAX_NAME = 256  # characters of a name from an agent or upstream in a span (a tool's, a method's...)
+MAX_FAULTS = 128  # faults a call's span lists (attributes, events: the SDK's default event count limit)
 ROOT_IDS = 0x0A10 << 208 | 0x1208 << 64  # Span.trace_id and span_id's tags around a root span's 192 random bits
 NO_META: Mapping[str, Any] = {}  # a request without params._meta (never written to)
 CONTEXT_HEADER_LENGTHS = frozenset(map(len, ("traceparent", "tracestate", "mcp-protocol-version")))
@@ -234,6 +242,7 @@ class OtlpTracing(Tracing):
         self._default_parent = parse_traceparent(environ.get("TRACEPARENT"), environ.get("TRACESTATE"))
         self._versions: OrderedDict[str, str] = OrderedDict()  # session -> protocol version from initialize
         self._heads: dict[tuple[Any, ...], bytes] = {}  # what names a call's span -> its encoded head
+        self._heads_bytes = 0
         ops.info("exporting OpenTelemetry spans over OTLP/HTTP to %s (service %s, sampler %s)",
                  redacted_url(self.settings.endpoint), self.settings.resource["service.name"],
                  self.sampler.description)
@@ -301,14 +310,13 @@ class OtlpTracing(Tracing):
             head = self._heads.get(a2a_key := ("a2a", network, url, called)) or \
                 self._head(a2a_key, *_a2a_attributes(called, network, url))
             span = msg.trace = _Call(self, trace_state, span_ids, head,
-                                     {"jsonrpc.request.id": str(rpc["id"])} if rpc is not None and "id" in rpc else {})
+                                     _request_id(rpc) if rpc is not None else {})
             if msg.a2a is not None:
                 span.task(msg.a2a.task_id, None)
         elif rpc is not None and type(method := rpc.get("method")) is str:
             params = rpc.get("params")
             head = self._mcp_head(msg, method, params, meta, version, network, url, session_id)
-            span = msg.trace = _Call(self, trace_state, span_ids, head,
-                                     {"jsonrpc.request.id": str(rpc["id"])} if "id" in rpc else {})
+            span = msg.trace = _Call(self, trace_state, span_ids, head, _request_id(rpc))
             if params is None or type(params) is dict:  # the MCP carrier: params._meta
                 if params is None:
                     params = rpc["params"] = {}
@@ -319,7 +327,7 @@ class OtlpTracing(Tracing):
                     params["_meta"] = carrier  # shared with the caller, who only reads it
                 msg.replace(rpc)
         else:
-            head = self._heads.get(key := (network, url, msg.http_method, msg.api, msg.model)) or \
+            head = self._heads.get(key := (network, url, _name(msg.http_method), msg.api, _name(msg.model))) or \
                 self._head(key, *_other_attributes(msg, network, url))
             span = msg.trace = _Call(self, trace_state, span_ids, head, {})
         if from_meta is not None and from_header is not None and from_header[:2] != from_meta[:2]:
@@ -332,17 +340,16 @@ class OtlpTracing(Tracing):
         """The encoded name, kind and MCP attributes of a JSON-RPC request's span, made once for each
         method, tool, session, protocol version and upstream."""
         target = params.get("name") if type(params) is dict and method in ("tools/call", "prompts/get") else None
-        if type(target) is not str:
-            target = None
+        target = _name(target)
+        method = truncated(method, MAX_NAME)
         version = version or meta.get(META_VERSION)
         if method == "initialize" and type(params) is dict and isinstance(params.get("protocolVersion"), str):
-            version = self._versions[msg.session] = params["protocolVersion"]
+            version = self._versions[msg.session] = truncated(params["protocolVersion"], MAX_NAME)
             if len(self._versions) > MAX_SESSIONS:
                 self._versions.popitem(last=False)
         if not version and self._versions:
             version = self._versions.get(msg.session)
-        if type(version) is not str:
-            version = None
+        version, session_id = _name(version), _name(session_id)
         key = (network, url, method, target, session_id, version)
         head = self._heads.get(key)
         if head is None:
@@ -350,9 +357,11 @@ class OtlpTracing(Tracing):
         return head
 
     def _head(self, key: tuple[Any, ...], name: str, attributes: dict[str, Any]) -> bytes:
-        if len(self._heads) >= MAX_HEADS:
+        if len(self._heads) >= MAX_HEADS or self._heads_bytes >= MAX_HEADS_BYTES:
             self._heads.clear()
+            self._heads_bytes = 0
         head = self._heads[key] = self.encoder.head(name, CLIENT, attributes)
+        self._heads_bytes += 2 * len(head)  # its key names what the head says again
         return head
 
     def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:
@@ -469,6 +478,8 @@ class _Call(CallTrace):
             return  # too late for this span: it is the exporter's
         attributes = self.attributes
         more = self.rare()
+        if len(more.faults) >= MAX_FAULTS:  # (a stream whose every event a fault hit: its span stays small)
+            return
         fault_type = str(fields.get("fault"))
         faults = more.faults = [*more.faults, fields]
         for key, field in (("type", "fault"), ("rule", "rule"), ("component", "component"), ("level", "level")):
@@ -652,6 +663,16 @@ def _a2a_attributes(method: str, network: str, url: str | None) -> tuple[str, di
     return method, attributes
 
 
+def _name(value: Any) -> str | None:
+    """A name an agent or upstream gave (a tool's, a model's, a session's...), bounded; None when it is no string."""
+    return truncated(value, MAX_NAME) if type(value) is str else None
+
+
+def _request_id(rpc: Mapping[str, Any]) -> dict[str, Any]:
+    """The span attribute of a JSON-RPC request's id (the agent's: bounded), if it has one."""
+    return {"jsonrpc.request.id": truncated(str(rpc["id"]), MAX_NAME)} if "id" in rpc else {}
+
+
 _TASK_ID = re.compile(r"[\x21-\x7e]{1,128}")  # what a task id may be in a span: printable, bounded
 
 
@@ -662,10 +683,10 @@ def _other_attributes(msg: Message, network: str, url: str | None) -> tuple[str,
         attributes["server.address"], attributes["server.port"] = _server(url)
     if msg.api is not None:
         return _genai_attributes(attributes, msg), attributes
-    attributes["http.request.method"] = msg.http_method
+    method = attributes["http.request.method"] = _name(msg.http_method)
     if url is not None:
         attributes["url.full"] = redacted_url(url)
-    return msg.http_method or "call", attributes
+    return method or "call", attributes
 
 
 def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:
@@ -673,10 +694,11 @@ def _genai_attributes(attributes: dict[str, Any], msg: Message) -> str:
     attributes["gen_ai.operation.name"] = "chat"
     attributes["gen_ai.provider.name"] = "anthropic" if msg.api == ANTHROPIC else "openai"
     attributes["chaosproxy.protocols.llm.api"] = msg.api
-    attributes["http.request.method"] = msg.http_method
-    if msg.model is not None:
-        attributes["gen_ai.request.model"] = msg.model
-        return f"chat {msg.model}"
+    attributes["http.request.method"] = _name(msg.http_method)
+    model = _name(msg.model)
+    if model is not None:
+        attributes["gen_ai.request.model"] = model
+        return f"chat {model}"
     return "chat"
 
 
@@ -713,12 +735,15 @@ def _injected_wait(action: Action) -> float | None:
 
 
 def _event_attributes(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A log line's fields as span event attributes: scalars as they are, structures as JSON text."""
+    """A log line's fields as span event attributes: scalars as they are (a string, a name the agent or
+    upstream may have given, bounded), structures as JSON text (cut by the exporter's value limit)."""
     attributes: dict[str, Any] = {}
     for key, value in fields.items():
         if value is None:
             continue
-        if isinstance(value, bool | int | float | str):
+        if isinstance(value, str):
+            attributes[key] = truncated(value, MAX_NAME)
+        elif isinstance(value, bool | int | float):
             attributes[key] = value
         else:
             attributes[key] = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
