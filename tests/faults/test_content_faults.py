@@ -9,7 +9,6 @@ are not yet handed to content faults by the engine, so their branch is driven di
 from __future__ import annotations
 
 import json
-import random
 import re
 from typing import Any
 
@@ -20,8 +19,9 @@ from chaosproxy.engine.actions import Garble, Rewrite, Skip
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import ScenarioError, parse_scenario
 from chaosproxy.engine.session_state import SessionState
-from chaosproxy.faults import REGISTRY, Component, FaultContext, Level
+from chaosproxy.faults import REGISTRY, Component, Level
 from chaosproxy.faults.inject_text import TEMPLATES
+from tests.helpers.faults import act, fault_of, mcp_reply, rest_reply
 from tests.helpers.mcp_support import client
 
 CONTENT_FAULTS = ("typos", "noise", "truncate_text", "oversize", "inject_text", "wrong_data")
@@ -272,33 +272,6 @@ async def test_wrong_data_leaves_tool_errors_alone(make_proxy, mcp_http):
 
 
 # --- Direct: content that is not text, and plain HTTP bodies ----------------------------------
-
-
-def fault_of(spec: dict[str, Any]):
-    return parse_scenario(json.dumps({"rules": [{"name": "r", "fault": spec}]})).rules[0].fault
-
-
-def act(spec: dict[str, Any], msg: Message, session: SessionState | None = None, seed: int = 1):
-    """What the engine does with a matched message: observe it, then (gates passing) act on it."""
-    session = session or SessionState()
-    fault = fault_of(spec)
-    fault.observe(msg, session)
-    return fault.act(FaultContext(msg, random.Random(seed), {}, 0.0, session, "r"))
-
-
-def mcp_reply(result: dict[str, Any], tool: str = "render") -> Message:
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
-    request = Message("http", Phase.REQUEST, body=json.dumps(call).encode())
-    return Message("http", Phase.RESPONSE, request=request,
-                   body=json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode())
-
-
-def rest_reply(body: bytes, content_type: str | None = "application/json", path: str = "/api/items",
-               **headers: str) -> Message:
-    request = Message("http", Phase.REQUEST, http_method="GET", path=path + "?page=1")
-    if content_type is not None:
-        headers["Content-Type"] = content_type
-    return Message("http", Phase.RESPONSE, request=request, status=200, headers=headers, body=body)
 
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
