@@ -145,7 +145,7 @@ def serve_mcp_http() -> tuple[subprocess.Popen[bytes], str]:
 
 def component_table(folders: dict[str, Path]) -> str:
     """The per-component table, one column group per policy, from the imported drill folders."""
-    from chaosproxy.drill.folder import read_drill
+    from chaosproxy.records.drill_folder import read_drill
     from chaosproxy.report.fmt import drop_text, rate_text
     from chaosproxy.report.profile import build_profile
 

@@ -18,7 +18,8 @@ BELOW = {
     "adapters": {"control", "drill", "report", "cli", "demo", "embedded"},
     "control": {"drill", "report", "cli", "demo"},
     "cassette": {"drill", "report", "cli", "demo"},
-    "report": {"engine", "adapters", "control", "cli", "demo"},
+    "report": {"engine", "adapters", "control", "drill", "cli", "demo"},
+    "records": {"engine", "faults", "adapters", "control", "drill", "report", "cli", "demo"},
 }
 ENTRY_POINTS = {"chaosproxy.__main__", "chaosproxy.drill.fork_server"}  # the only importers of the command line
 

@@ -100,7 +100,7 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
 
 def merge_main(args: argparse.Namespace) -> int:
     """Merge the shards of one drill into one folder, as if it had run unsharded."""
-    from chaosproxy.drill.folder import DrillFolderError, merge, write_merged
+    from chaosproxy.records.drill_folder import DrillFolderError, merge, write_merged
 
     try:
         drill = merge(args.shards)

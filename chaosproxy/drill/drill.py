@@ -14,10 +14,10 @@ from typing import Any
 
 from chaosproxy import __version__
 from chaosproxy.drill.config import DrillConfig
-from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine.core import draw_seed
+from chaosproxy.records.drill_folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.telemetry.tracing import exporting
 
 

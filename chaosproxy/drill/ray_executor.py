@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from chaosproxy.drill.config import DrillConfig
-from chaosproxy.drill.folder import DRILL_FILE
 from chaosproxy.drill.launcher import Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.drill.runner import Progress, Run, RunResult, append_result
+from chaosproxy.records.drill_folder import DRILL_FILE
 from chaosproxy.telemetry.tracing import exporting, propagated
 
 RETRIES = 3  # times a run lost with its node or worker is carried out again

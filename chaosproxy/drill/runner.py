@@ -27,7 +27,7 @@ from yarl import URL
 from chaosproxy.drill.config import DrillConfig
 from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
-from chaosproxy.report.logfile import read_events
+from chaosproxy.records.logfile import read_events
 from chaosproxy.telemetry.log_schema import Event
 from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from chaosproxy.drill.folder import DRILL_FILE, RESULTS_FILE
 from chaosproxy.drill.plan import Shard
 from chaosproxy.harness.results import run_name, sample_result
 from chaosproxy.harness.sample import STORE_KEY
+from chaosproxy.records.drill_folder import DRILL_FILE, RESULTS_FILE
 
 
 class InspectLogError(ValueError):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from chaosproxy.report.logfile import MODEL, TOOL, Call, Session
+from chaosproxy.records.logfile import MODEL, TOOL, Call, Session
 
 MADE_UP_TOOL_FAULTS = frozenset({"unknown_tool", "tool_flood", "distractor_tool"})
 # What an agent sends on a fresh connection before it can call a tool again.

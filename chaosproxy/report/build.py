@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from chaosproxy import __version__
-from chaosproxy.drill.folder import Drill, read_drill
+from chaosproxy.records.drill_folder import Drill, read_drill
+from chaosproxy.records.logfile import Session, read_sessions
 from chaosproxy.report.behaviour import Behaviour, Recovery, behaviour
-from chaosproxy.report.logfile import Session, read_sessions
 from chaosproxy.report.profile import Profile, ProfileRow, build_profile
 from chaosproxy.report.stats import Rate
 

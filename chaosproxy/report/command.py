@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from chaosproxy.report.gate import EXIT_GATE, parse_points, parse_thresholds
 
 if TYPE_CHECKING:
-    from chaosproxy.drill.folder import Drill
+    from chaosproxy.records.drill_folder import Drill
 
 EXIT_INVALID = 2
 DESCRIPTION = """\
@@ -84,7 +84,7 @@ def _warn(command: str, warnings: list[str]) -> None:
 
 def read_drills(command: str, sources: list[Path], merged: bool) -> list[Drill]:
     """The drills named (or their merge), warnings printed. Raises ValueError naming the folder or file."""
-    from chaosproxy.drill.folder import merge, read_drill
+    from chaosproxy.records.drill_folder import merge, read_drill
 
     drills = [merge(sources)] if merged else [read_drill(source) for source in sources]
     for drill in drills:

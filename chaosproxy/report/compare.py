@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from chaosproxy.drill.folder import Drill
+from chaosproxy.records.drill_folder import Drill
 from chaosproxy.report.fmt import rate_text
 from chaosproxy.report.profile import COMPONENTS, Profile, build_profile
 from chaosproxy.report.stats import Rate, difference_interval

@@ -10,8 +10,8 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from chaosproxy.faults import REGISTRY
+from chaosproxy.records.logfile import Call, Fault, Session
 from chaosproxy.report.fmt import drop_text, ms_text, percent
-from chaosproxy.report.logfile import Call, Fault, Session
 from chaosproxy.report.profile import ProfileRow
 from chaosproxy.report.stats import Rate
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chaosproxy.drill.folder import Drill
-from chaosproxy.report.logfile import Call, Fault, Session, read_sessions
+from chaosproxy.records.drill_folder import Drill
+from chaosproxy.records.logfile import Call, Fault, Session, read_sessions
 
 
 def _fault(fault: Fault, origin: float) -> dict[str, Any]:

@@ -444,7 +444,7 @@ async def test_slow_body_drips(make_mitm):
 async def test_sse_streams_through(make_mitm):
     """Events reach the client as upstream sends them, also when each one's JSON-RPC is looked at."""
     mitm = make_mitm(rule("flip", {"type": "flip_is_error"}, match={"tool": "never"}))
-    assert mitm.engine.active(mitm.engine.scenario.rules[0].fault.phase, wire=False)
+    assert mitm.engine.interest.acts(mitm.engine.scenario.rules[0].fault.phase, wire=False)
     async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
         started = time.perf_counter()
         async with client.get(mitm.intercepted + "/sse?n=4&interval_ms=400", proxy=mitm.proxy,

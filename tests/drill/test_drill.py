@@ -20,8 +20,8 @@ from chaosproxy.drill.config import DrillConfig, load_config
 from chaosproxy.drill.plan import plan_runs
 from chaosproxy.drill.suite import load_suite
 from chaosproxy.engine.scenario import ScenarioError, parse_scenario
+from chaosproxy.records.logfile import read_events
 from chaosproxy.report.build import build_report
-from chaosproxy.report.logfile import read_events
 from tests.helpers.mcp_support import serve
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]

@@ -119,7 +119,7 @@ def test_match_keys_must_all_match():
 
 def test_json_rpc_method_and_tool_are_matched_from_the_body():
     engine, _ = engine_for([{"name": "r", "fault": ERROR, "match": {"method": "tools/call", "tool": "search*"}}])
-    assert engine.needs_body
+    assert engine.interest.request_bodies
     call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "search_web", "arguments": {}}}
     assert pattern(engine, 1, body=json.dumps(call).encode()) == "x"
     call["params"]["name"] = "weather"
@@ -180,4 +180,4 @@ READ = b'{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file
 ])
 def test_a_reply_is_read_only_where_a_rule_could_act_on_it(fault, body, could):
     engine, _ = engine_for([{"name": "r", "fault": fault}])
-    assert engine.could_act_on_reply(_request(body)) is could
+    assert engine.interest.could_act_on_reply(_request(body)) is could

@@ -35,7 +35,7 @@ from chaosproxy.control.api import ControlServer
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.engine.sessions import AGENT_HEADER
-from chaosproxy.report.logfile import read_sessions
+from chaosproxy.records.logfile import read_sessions
 from chaosproxy.telemetry.log import PerturbationLog
 from tests.helpers.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm  # noqa: F401
 from tests.helpers.support import ServerLoop, call_lines, free_port, log_events, wait_listening

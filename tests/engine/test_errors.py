@@ -14,10 +14,10 @@ from chaosproxy.adapters.mitm import ConfdirError
 from chaosproxy.adapters.stdio import SpawnError
 from chaosproxy.cassette.format import CassetteError
 from chaosproxy.control.api import ControlConfigError
-from chaosproxy.drill.folder import DrillFolderError
 from chaosproxy.engine.scenario import ScenarioError
 from chaosproxy.errors import ChaosproxyError, ConfigError
 from chaosproxy.protocols.llm.view import FormatError
+from chaosproxy.records.drill_folder import DrillFolderError
 
 
 @pytest.mark.parametrize("error", [ScenarioError, CassetteError, DrillFolderError, ControlConfigError, ConfdirError])

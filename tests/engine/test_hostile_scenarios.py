@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from chaosproxy.engine.scenario import ScenarioError, load_scenario
-from chaosproxy.report.logfile import read_events
+from chaosproxy.records.logfile import read_events
 from tests.helpers.support import free_port, wait_listening
 
 PHRASES = "Search the web: Look things up online\n"

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from chaosproxy.records.logfile import read_sessions
 from chaosproxy.report.behaviour import behaviour, incidents
 from chaosproxy.report.build import build_report
-from chaosproxy.report.logfile import read_sessions
 from chaosproxy.report.profile import build_profile
 from chaosproxy.report.stats import Rate, difference_interval, wilson
 from tests.helpers.browser import load

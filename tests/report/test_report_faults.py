@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from chaosproxy.adapters.mitm import HostPatterns, MitmProxy, ca_directory
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import parse_scenario
-from chaosproxy.report.logfile import read_events, read_sessions
+from chaosproxy.records.logfile import read_events, read_sessions
 from chaosproxy.telemetry.log import PerturbationLog
 from tests.helpers.mcp_support import SERVER, client
 

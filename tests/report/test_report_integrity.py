@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from chaosproxy.records.logfile import read_sessions
 from chaosproxy.report.behaviour import behaviour
 from chaosproxy.report.build import build_report
 from chaosproxy.report.html import render_html
-from chaosproxy.report.logfile import read_sessions
 from tests.report.test_report import LogWriter
 
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]

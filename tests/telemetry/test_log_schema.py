@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control.reload import reload_scenario
 from chaosproxy.control.runtime import open_engine
-from chaosproxy.report.logfile import read_events, read_sessions
+from chaosproxy.records.logfile import read_events, read_sessions
 from chaosproxy.telemetry.log_schema import LINES, SCHEMA_VERSION, Event, Outcome
 
 RULES = [

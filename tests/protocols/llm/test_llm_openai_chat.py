@@ -10,8 +10,8 @@ import httpx2 as httpx
 import openai
 import pytest
 
+from chaosproxy.records.logfile import read_sessions
 from chaosproxy.report.build import build_report
-from chaosproxy.report.logfile import read_sessions
 from tests.helpers.llm_support import CHAT_TOOLS, PROMPT, RESULT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.helpers.support import call_lines
 
