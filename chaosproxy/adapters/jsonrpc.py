@@ -78,7 +78,7 @@ class JsonRpcRelay:
     @property
     def watching(self) -> bool:
         """True when some rule acts on replies, so requests must be remembered to correlate them."""
-        return self.engine.active(Phase.RESPONSE, wire=False)
+        return self.engine.interest.acts(Phase.RESPONSE, wire=False)
 
     def expect(self, request: Message) -> None:
         """Only the legacy GET stream needs this table: a reply on a POST's own response belongs to that POST."""

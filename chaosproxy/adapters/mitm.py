@@ -37,7 +37,7 @@ from mitmproxy.proxy.server import ConnectionIO
 from yarl import URL
 
 from chaosproxy.adapters.http.calls import Exchange, log_call
-from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, is_text
+from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, TRACE_CONTEXT, is_text
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
 from chaosproxy.engine.core import Engine, Fired
@@ -196,12 +196,13 @@ class ChaosAddon:
         msg = Message(TRANSPORT, Phase.REQUEST, session=session, http_method=request.method,
                       path=unquote(request.path.partition("?")[0]), headers=request.headers,
                       route=request.pretty_host)
-        if not self.engine.idle:
+        interest = self.engine.interest
+        if not interest.idle:
             self.engine.see(session, TRANSPORT, msg.route, agent)
         state = flow.metadata[_KEY] = _Flow(msg)
         length = _body_length(request.headers, response=False)
-        wanted = RULE_BODY_LIMIT if self.engine.needs_body else SMALL_BODY
-        if length is None and self.engine.needs_body and "json" in request.headers.get("content-type", ""):
+        wanted = RULE_BODY_LIMIT if interest.request_bodies else SMALL_BODY
+        if length is None and interest.request_bodies and "json" in request.headers.get("content-type", ""):
             return  # a chunked JSON(-RPC) request: read whole, decided on its messages at the request hook
         if length is None or length > wanted:  # decided on the headers; the body streams through
             request.stream = True
@@ -235,17 +236,18 @@ class ChaosAddon:
                         path=state.msg.path, headers=headers, status=response.status_code, request=state.msg,
                         route=state.msg.route)
         reply.api, reply.model, reply.turn = state.msg.api, state.msg.model, state.msg.turn
-        if self.engine.active(Phase.RESPONSE):
+        interest = self.engine.interest
+        if interest.acts(Phase.RESPONSE):
             actions = [fired.action for fired in self._decide(reply, state, messages=False)]
         for action in actions:
             if isinstance(action, Delay):
                 await asyncio.sleep(action.seconds)
         shaping = [action for action in actions if isinstance(action, Drip | Truncate | Reset | CutStream)]
-        per_message = self.engine.active(Phase.RESPONSE, wire=False) if state.llm is None else state.llm.watching
+        per_message = interest.acts(Phase.RESPONSE, wire=False) if state.llm is None else state.llm.watching
         # A body of unknown length (chunked) is read whole only when a rule may act on this very
         # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
         read_whole = per_message and not is_stream and is_text(content_type) and (
-            length <= RULE_BODY_LIMIT if length is not None else self.engine.wants_body(reply))
+            length <= RULE_BODY_LIMIT if length is not None else bool(interest.could_match(reply)))
         if not shaping and (read_whole or (not is_stream and length is not None and length <= SMALL_BODY)):
             state.read_whole = read_whole  # buffered: mitmproxy keeps Content-Length right if a fault changes it
             return
@@ -310,11 +312,14 @@ class ChaosAddon:
         if self.engine.tracing.on:  # the call's span; the proxy's context goes upstream in header and _meta
             body = msg.body
             session = msg.session if msg.session != flow.client_conn.peername[0] else None
-            flow.request.headers.update(self.engine.tracing.start(msg, network="tcp", url=flow.request.url,
-                                                                  session_id=session))
+            carrier = self.engine.tracing.start(msg, network="tcp", url=flow.request.url, session_id=session)
+            if carrier:  # the proxy's context in place of the agent's, whole
+                for name in TRACE_CONTEXT:
+                    flow.request.headers.pop(name.decode(), None)
+            flow.request.headers.update(carrier)
             if msg.body is not body:
                 _set_body(flow.request, msg.body or b"")
-        if self.engine.active(Phase.REQUEST):
+        if self.engine.interest.acts(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg, state):
                 match fired.action:

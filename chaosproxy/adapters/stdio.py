@@ -398,7 +398,7 @@ class StdioRelay:
                 await self._pass_unexamined(line, lines, pipe, lane, phase)
                 continue
             msg = Message(TRANSPORT, phase, session=self.session, body=line.rstrip(b"\r\n"))
-            if self.engine.active(phase):
+            if self.engine.interest.acts(phase):
                 await self._decide(msg, line, pipe, lane)
                 continue
             if phase is Phase.REQUEST:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from chaosproxy.engine.actions import Action, Garble, Reply, Respond, Rewrite, Skip, ends_exchange
+from chaosproxy.engine.interest import Interest
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import Match, Rule, Scenario
 from chaosproxy.engine.session_state import AgentView, SessionState
@@ -29,8 +30,6 @@ from chaosproxy.faults._effects import call_effect
 from chaosproxy.protocols.mcp import call_result, error_reply, listed_tools, result_reply
 from chaosproxy.telemetry.log import PerturbationLog, digest, ops
 from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
-
-AGENT_HEADER_KEY = AGENT_HEADER.lower().encode()
 
 
 def draw_seed() -> int:
@@ -207,71 +206,19 @@ class Engine:
             old = previous.get(rule.rule.name)
             if old is not None and _same_counting(old.rule, rule.rule):
                 rule.counters = old.counters
-        by_kind: dict[tuple[Phase, bool], list[_CompiledRule]] = {
-            (phase, on_messages): [] for phase in Phase for on_messages in (False, True)}
-        for rule in compiled:
-            by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
         # What decide() asks, by (phase, wire, messages): the rules in the order written, whatever their level.
         self._in_order = {(phase, wire, messages): [rule for rule in compiled if rule.rule.fault.phase is phase
                                                     and (messages if rule.on_messages else wire)]
                           for phase in Phase for wire in (False, True) for messages in (False, True)}
         self.scenario = scenario
         self._compiled = compiled
-        self.idle = not compiled  # no rule is loaded: nothing can act on any message
-        self._by_kind = by_kind
-        # Faults that show the agent made-up tools need to see its tools/call requests to route them.
-        self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
-        self.needs_body = self._routes_calls or any(
-            rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
+        self.interest = Interest(scenario.rules, compiled)  # what adapters ask before building a message
         self._rule_order = {rule.name: i for i, rule in enumerate(scenario.rules)}
-        # could_act's answers by request head, kept by adapters that see many requests alike
-        # (HttpProxy.relay_plain); a new scenario starts with none. The headers an adapter must read off
-        # a request's head: those a head check reads, and the one in which an agent names itself.
-        self.head_verdicts: dict[Any, bool] = {}
-        self.head_headers = frozenset([AGENT_HEADER_KEY, *(name.lower().encode("latin-1", "replace")
-                                                            for rule in compiled for name in rule.rule.match.header)])
         if not keep_state:
             self.sessions = SessionTable(self._session_changed, **self._session_limits)  # a new one: state
             # kept beside it elsewhere (the model-API relay's memory) sees the reset by its identity
             # Per upstream (transport and route): bounded by the configuration, not by the traffic.
             self.views: dict[str, AgentView] = {}
-
-    def active(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
-        """False when no rule can act here: adapters then skip building messages at all."""
-        if phase is Phase.REQUEST and messages and self._routes_calls:
-            return True
-        return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
-
-    def could_act_on_reply(self, request: Message) -> bool:
-        """False when no rule could act on the response to `request` (an HTTP request whose body was
-        read) and the engine has nothing to learn from it: the adapter may then relay it untouched.
-        Judged by the JSON-RPC method it answers, as rules on messages name the methods whose messages
-        they change (`Fault.methods`), bar content faults, which also change a reply that is not
-        JSON-RPC; a tool list is always read (the output schemas faults keep to)."""
-        on_messages = self._by_kind[Phase.RESPONSE, True]
-        if self._by_kind[Phase.RESPONSE, False]:  # a rule on the whole HTTP response
-            return True
-        if not on_messages:
-            return False
-        method = request.method if request.rpc is not None else None
-        if method is None or method == "tools/list":
-            return True
-        return any(rule.rule.enabled and (rule.methods is None or method in rule.methods or rule.on_plain_bodies)
-                   for rule in on_messages)
-
-    def could_act(self, msg: Message) -> bool:
-        """False when no rule could act on this HTTP request or on its response, judged from the request
-        head alone (transport, route, method, path, headers): the adapter may then relay it untouched."""
-        if self._routes_calls and msg.http_method == "POST":
-            return True
-        for rule in self._compiled:  # loops, not any(all(...)): this runs for every request
-            if rule.rule.enabled:
-                for check in rule.head_checks:
-                    if not check(msg):
-                        break
-                else:
-                    return True
-        return False
 
     def end_session(self, key: str, reason: str = "ended") -> None:
         """The agent ended its session (DELETE, the stdio server's exit): its state goes now."""
@@ -283,18 +230,6 @@ class Engine:
             for compiled in self._compiled:
                 compiled.counters.pop(key, None)
         self.log.session(session=key, change=change, reason=reason)
-
-    def wants_body(self, msg: Message) -> bool:
-        """True when a rule acting on messages could act on `msg`, judged before its body arrives.
-
-        Adapters read a body of unknown length (chunked) whole only then: an unrelated rule must not
-        make every large text response wait for its last byte.
-        """
-        return any(rule.could_match(msg) for rule in self._by_kind[msg.phase, True])
-
-    def candidates(self, msg: Message) -> list[Fault]:
-        """The faults of the enabled message rules that match `msg`, before any gate is asked."""
-        return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.rule.enabled and rule.matches(msg)]
 
     def see(self, session: str, transport: str, route: str | None, agent: str | None = None) -> None:
         """A request of `session` arrived, whatever rule it may meet: the session is numbered now if it is
@@ -366,8 +301,7 @@ class Engine:
             return False
         view = self.session_of(msg).view
         return msg.tool not in view.listed and not view.asked_upstream and any(
-            rule.rule.fault.needs_output_schema and rule.could_match(msg)
-            for rule in self._by_kind[Phase.RESPONSE, True])
+            fault.needs_output_schema for fault in self.interest.could_match(msg, Phase.RESPONSE))
 
     def learn_listing(self, msg: Message, tools: list[Any] | None) -> None:
         """What upstream listed when the adapter asked it for `msg` (None: it could not be had)."""

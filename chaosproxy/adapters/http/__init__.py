@@ -1,7 +1,7 @@
 """HTTP reverse proxy adapter: one listener, routes by path prefix, faults per request.
 
 The wire is `h1` (asyncio Protocols + httptools). Each request is judged on its head alone
-(`Engine.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
+(`Interest.could_act`): when no rule could act on it or its response, it is relayed as it arrives by
 callbacks (`Passthrough`, no task, no copy); otherwise it takes the inspecting path (`Inspection`,
 one coroutine), which reads what rules need, asks the engine, and carries the actions out. A plain
 request no rule could act on (whole in one read, nothing in its head to take out) that finds an idle

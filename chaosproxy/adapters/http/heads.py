@@ -12,7 +12,7 @@ from yarl import URL
 from chaosproxy.adapters.h1 import (
     Headers,
 )
-from chaosproxy.engine.core import AGENT_HEADER_KEY
+from chaosproxy.engine.interest import AGENT_HEADER_KEY
 from chaosproxy.engine.message import Message, mirrored_headers
 from chaosproxy.engine.sessions import agent_name
 
@@ -100,9 +100,15 @@ def as_sent(piece: bytes, length: int, host: bytes, request_line: bytes | None =
                                     piece[after:end])
 
 
-def head_with(head: bytes, headers: Headers) -> bytes:
-    """`head` (as `as_sent` made it) with `headers` (lower-case names) in place of its own ones."""
-    names = {name for name, _ in headers}
+# The agent's trace context, which the proxy's replaces whole when it opens a span: a tracestate goes upstream
+# only as the proxy writes it (valid by the W3C grammar, under the agent's valid parent), never as the agent sent it.
+TRACE_CONTEXT = frozenset({b"traceparent", b"tracestate"})
+
+
+def head_with(head: bytes, headers: Headers, replaced: frozenset[bytes] = frozenset()) -> bytes:
+    """`head` (as `as_sent` made it) with `headers` (lower-case names) in place of its own ones, and
+    without those named in `replaced`."""
+    names = {name for name, _ in headers} | replaced
     first, *lines = head[:-4].split(b"\r\n")
     kept = [line for line in lines if line.partition(b":")[0].lower() not in names]
     return b"\r\n".join([first, *kept, *[b"%b: %b" % pair for pair in headers]]) + b"\r\n\r\n"

@@ -132,11 +132,12 @@ class Inspection:
 
     async def _run(self) -> None:
         engine, exchange, call, msg = self.engine, self.exchange, self.call, self.call.msg
+        interest = engine.interest  # the scenario in force when the request came
         head = exchange.head
         body: bytes | None = None  # the whole request body, when it was read
         prefix = b""  # the part read of a body too large to hold: the rest streams after it
         if head.has_body:
-            wanted = self.proxy.max_message_bytes if engine.needs_body else SMALL_BODY
+            wanted = self.proxy.max_message_bytes if interest.request_bodies else SMALL_BODY
             if head.length is None or head.length <= wanted:
                 exchange.send_continue()
                 read, whole = await exchange.body.read_up_to(wanted)
@@ -151,7 +152,7 @@ class Inspection:
             if body is not None and msg.body is not body:
                 body = msg.body
         headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
-        if engine.active(Phase.REQUEST):
+        if interest.acts(Phase.REQUEST):
             original = msg.body
             for fired in self._decide(msg):
                 match fired.action:
@@ -191,7 +192,7 @@ class Inspection:
         if msg.body is not None and self.relay.watching:
             self.relay.expect(msg)
         if llm is None and (a2a is None or not a2a.watching) and not head.upgrade and \
-                (body is not None or not head.has_body) and not engine.could_act_on_reply(msg):
+                (body is not None or not head.has_body) and not interest.could_act_on_reply(msg):
             self._hand_over(body, headers)
             return
         if llm is not None:
@@ -202,10 +203,10 @@ class Inspection:
             if msg.body is not original:
                 body = msg.body
             if not llm.watching and not head.upgrade and (body is not None or not head.has_body) and \
-                    not engine.active(Phase.RESPONSE, messages=False):  # no rule can change its reply
+                    not interest.acts(Phase.RESPONSE, messages=False):  # no rule can change its reply
                 self._hand_over(body, headers)
                 return
-        if engine.active(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching) or \
+        if interest.acts(Phase.RESPONSE, wire=False) or (llm is not None and llm.watching) or \
                 (a2a is not None and a2a.watching):
             # rules read response bodies: ask for them plain
             headers = [*without(headers, b"accept-encoding"), (b"Accept-Encoding", b"identity")]
@@ -288,6 +289,7 @@ class Inspection:
     async def _relay(self, msg: Message, response: Head, reader: ResponseReader, llm: LlmExchange | None,
                      a2a: A2aExchange | None) -> None:
         engine, exchange, call, relay = self.engine, self.exchange, self.call, self.relay
+        interest = engine.interest  # the scenario in force when the response came
         call.status = status = response.status
         headers = response.end_to_end(drop=CONTENT_LENGTH)
         length = response.length
@@ -304,7 +306,7 @@ class Inspection:
         if exchange.head.upgrade:
             exchange.close_after = True  # the client is not told to stop sending its other protocol
         actions: list[Any] = []
-        if engine.active(Phase.RESPONSE):
+        if interest.acts(Phase.RESPONSE):
             reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
                             request=msg, route=msg.route)
@@ -316,7 +318,7 @@ class Inspection:
             exchange.end(reader.body.trailers)
             return
         per_message = llm.watching if llm is not None else a2a.watching if a2a is not None else \
-            engine.active(Phase.RESPONSE, wire=False)
+            interest.acts(Phase.RESPONSE, wire=False)
         chunks: AsyncIterator[bytes] = reader.body.chunks()
         inspect = per_message and (is_stream or is_text(content_type))
         encoding = (header(headers, b"content-encoding") or b"identity").decode("latin-1").strip().lower()

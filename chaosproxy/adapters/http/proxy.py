@@ -26,6 +26,7 @@ from chaosproxy.adapters.http.calls import Call, open_span
 from chaosproxy.adapters.http.heads import (
     RULE_BODY_LIMIT,
     SMALL_BODY,
+    TRACE_CONTEXT,
     HeaderView,
     as_sent,
     head_with,
@@ -39,7 +40,8 @@ from chaosproxy.adapters.http.plain import PlainRelay
 from chaosproxy.adapters.http.route import Route
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
 from chaosproxy.engine.actions import Respond
-from chaosproxy.engine.core import AGENT_HEADER_KEY, Engine
+from chaosproxy.engine.core import Engine
+from chaosproxy.engine.interest import AGENT_HEADER_KEY
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.sessions import SCOPE_HEADER, agent_name
 from chaosproxy.protocols.a2a.wire import is_card
@@ -52,10 +54,8 @@ UPSTREAM_TIMEOUT = 300.0  # connect, and from the request sent to the response h
 PLAIN_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"OPTIONS"})  # HEAD and DELETE: general path
 
 
-MAX_VERDICTS = 4096  # answers of the rule check relay_plain keeps (Engine.head_verdicts): all dropped beyond
-
-
-MAX_VERDICT_HEAD = 1024  # ... each for a target (and header values a rule reads) no longer than this
+MAX_VERDICT_HEAD = 1024  # relay_plain keeps the rule check's answer (Interest.head_verdict) for a target (and
+# header values a rule reads) no longer than this
 
 
 class HttpProxy:
@@ -175,7 +175,7 @@ class HttpProxy:
                 return
             # the target as the agent sent it (bytes) when no prefix comes off
             upstream_target = route.base_path + (target.encode("latin-1") if route.prefix else head.target)
-            if not self.engine.could_act(msg) and not head.upgrade and not is_card(msg.http_method, msg.path):
+            if not self.engine.interest.could_act(msg) and not head.upgrade and not is_card(msg.http_method, msg.path):
                 if self.engine.tracing.on:  # the span first, then the same callbacks (adapters/traced.py)
                     from chaosproxy.adapters.http.traced import TracedPassthrough
                     passthrough: Passthrough = TracedPassthrough(self, exchange, msg, route, upstream_target)
@@ -205,7 +205,7 @@ class HttpProxy:
         session, path = session_and_path(raw_target, watched, agent or peer)
         msg = Message(self.transport, Phase.REQUEST, session=session, http_method=method, path=path,
                       headers=HeaderView(headers), route=route.name if route else None)
-        if not self.engine.idle:
+        if not self.engine.interest.idle:
             self.engine.see(session, self.transport, msg.route, agent)
         return msg
 
@@ -238,9 +238,10 @@ class HttpProxy:
                 return None  # no route: the general path answers 404
             upstream_target = route.base_path + (rest.encode("latin-1") if route.prefix else target)
         engine = self.engine
+        interest = engine.interest  # one scenario's, for the whole request
         length, session, seen_host, picked, keep_alive_lines = -1, None, False, [], 0
         special = client.special  # the names Head's pass stops at
-        read = engine.head_headers  # the names a rule's head check reads
+        read = interest.head_headers  # the names a rule's head check reads
         for name, value in headers:  # what Head's pass would find, in a head that holds nothing else
             lower = name.lower()
             if lower in read:
@@ -260,16 +261,12 @@ class HttpProxy:
                 return None
         session, agent = plain_session(session, picked) if picked else (session, None)
         msg = None
-        if not engine.idle:  # asked once for each head alike (what a rule's head checks read of it)
+        if not interest.idle:  # asked once for each head alike (what a rule's head checks read of it)
             key = (self.transport, route.name, method, target, *picked)
-            verdicts = engine.head_verdicts
-            if (could := verdicts.get(key)) is None:
+            if (could := interest.head_verdict(key)) is None:
                 msg = self._raw_message(method, target, session, headers, client.peer, route)
-                could = engine.could_act(msg)
-                if len(target) + sum(len(value) for _, value in picked) <= MAX_VERDICT_HEAD:
-                    if len(verdicts) >= MAX_VERDICTS:
-                        verdicts.clear()
-                    verdicts[key] = could
+                short = len(target) + sum(len(value) for _, value in picked) <= MAX_VERDICT_HEAD
+                could = interest.could_act(msg, key if short else None)
             if could:
                 return None  # a rule may act on it: the general path asks the engine again, with its Head
             engine.see(session.decode("latin-1") if session is not None else client.peer, self.transport,
@@ -296,7 +293,7 @@ class HttpProxy:
                 if msg.body is not None and msg.body is not body:  # params._meta carries the context too
                     body = msg.body
                     context.append((b"content-length", b"%d" % len(body)))
-                sent = head_with(head, context) + body
+                sent = head_with(head, context, TRACE_CONTEXT) + body
         PlainRelay(self, exchange, route, conn, method, target, upstream_target, headers, session, body, sent, msg)
         return exchange
 

@@ -12,7 +12,7 @@ from chaosproxy.adapters.h1 import (
     Headers,
     UpstreamPool,
 )
-from chaosproxy.adapters.http.heads import HOST_AND_LENGTH, UPGRADE, without
+from chaosproxy.adapters.http.heads import HOST_AND_LENGTH, TRACE_CONTEXT, UPGRADE, without
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
 from chaosproxy.engine.core import Engine
 from chaosproxy.protocols.a2a.relay import A2aRelay
@@ -67,7 +67,7 @@ class Route:
                        (b"Connection", b"Upgrade")]
         else:
             headers = [(b"Host", self.host_header), *head.forward]
-        if call.upstream_headers:  # in place of the agent's (its traceparent: the proxy's span is the parent now)
-            names = [name for name, _ in call.upstream_headers]  # lower case
+        if call.upstream_headers:  # in place of the agent's (its trace context: the proxy's span is the parent now)
+            names = TRACE_CONTEXT.union(name for name, _ in call.upstream_headers)  # lower case
             headers = [(name, value) for name, value in headers if name.lower() not in names] + call.upstream_headers
         return without(headers, b"expect") if body_read else headers

@@ -25,8 +25,8 @@ from yarl import URL
 
 from chaosproxy.engine.actions import Action, EndStream, Garble, Reply, Respond, Rewrite, Withhold
 from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.interest import Interest
 from chaosproxy.engine.message import Message, Phase
-from chaosproxy.engine.scenario import Scenario
 from chaosproxy.faults._task_state import TaskStateFault
 from chaosproxy.protocols import a2a, streams
 from chaosproxy.protocols.a2a import card as cards
@@ -75,8 +75,8 @@ class _Interest:
     by_state: bool  # a rule on replies names a task state (known from each piece only)
 
 
-def _interest(scenario: Scenario) -> _Interest:
-    rules = [rule for rule in scenario.rules if rule.enabled and rule.fault.on_messages]
+def _interest(interest: Interest) -> _Interest:
+    rules = [rule for rule in interest.rules if rule.enabled and rule.fault.on_messages]
     replies = [rule.fault for rule in rules if rule.fault.phase is Phase.RESPONSE]
     return _Interest(
         pieces=bool(replies),
@@ -97,20 +97,16 @@ class A2aRelay:
         self.skills: list[str] = []  # the skill ids its card lists (before any fault)
         self.served_card = False  # a card came through: requests on this route are A2A without A2A-Version
         self.memory = SessionMemory(engine, Memory, MAX_SESSIONS)
-        self._interest: tuple[Scenario, _Interest] | None = None
         self._told: set[str] = set()  # warnings given once
 
     @property
     def interest(self) -> _Interest:
-        scenario = self.engine.scenario
-        if self._interest is None or self._interest[0] is not scenario:
-            self._interest = (scenario, _interest(scenario))
-        return self._interest[1]
+        return self.engine.interest.derived(_interest)
 
     def open(self, msg: Message) -> A2aExchange | None:
         """The exchange for an A2A request (setting msg.a2a), or None when it is none or nothing can act
         on it (then it is relayed as any request; a card is always opened, to point it back here)."""
-        if self.engine.idle and not wire.is_card(msg.http_method, msg.path):
+        if self.engine.interest.idle and not wire.is_card(msg.http_method, msg.path):
             return None
         try:
             call = wire.classify(msg, self.served_card)
@@ -166,7 +162,7 @@ class A2aExchange:
         if self._watching is None:
             self._watching = self.card or self.call.method == a2a.GET_EXTENDED_CARD or (
                 self.interest.pieces and (self.interest.by_state or any(
-                    self.engine.candidates(self._probe(method)) for method in (self.call.method, "tools/call"))))
+                    self.engine.interest.faults(self._probe(method)) for method in (self.call.method, "tools/call"))))
         return self._watching
 
     def _probe(self, method: str) -> Message:

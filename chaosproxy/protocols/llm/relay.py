@@ -26,8 +26,8 @@ import orjson
 from chaosproxy.engine.actions import BlankCompletion, FailStream, Garble, Rewrite
 from chaosproxy.engine.actions import Reply as ReplyAction
 from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.interest import Interest
 from chaosproxy.engine.message import Message, Phase
-from chaosproxy.engine.scenario import Scenario
 from chaosproxy.faults import Fault, Level
 from chaosproxy.faults._llm import LlmFault, PromptFault
 from chaosproxy.protocols import streams
@@ -91,8 +91,8 @@ class _Interest:
         return bool(self.call_tools)
 
 
-def _interest(engine: Engine) -> _Interest:
-    rules = [rule for rule in engine.scenario.rules if rule.enabled]
+def _interest(interest: Interest) -> _Interest:
+    rules = [rule for rule in interest.rules if rule.enabled]
     message = [rule for rule in rules if rule.fault.on_messages]
 
     def target(rule: Any) -> str | None:
@@ -113,14 +113,10 @@ class LlmRelay:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.memory = SessionMemory(engine, Memory, MAX_SESSIONS)
-        self._interest: tuple[Scenario, _Interest] | None = None
 
     @property
     def interest(self) -> _Interest:
-        scenario = self.engine.scenario
-        if self._interest is None or self._interest[0] is not scenario:
-            self._interest = (scenario, _interest(self.engine))
-        return self._interest[1]
+        return self.engine.interest.derived(_interest)
 
     def open(self, msg: Message) -> LlmExchange | None:
         """The exchange for a model-API request (setting msg.api, model and turn), or None: then the
@@ -131,7 +127,7 @@ class LlmRelay:
         if api is not None and msg.body is not None and msg.rpc is not None:
             return None  # JSON-RPC: an MCP server's legacy POST endpoint (the Python SDK's is /messages/)
         msg.api = api
-        if not self.engine.scenario.rules:
+        if self.engine.interest.idle:
             return None  # nothing can act: the call line still names the API, the body is not parsed
         if api is None:
             if self.interest.any_llm and msg.body and b'"model"' in msg.body[:4096]:
@@ -202,7 +198,7 @@ class LlmExchange:
         if text in self.memory.prompts:
             return  # decided when it was the newest turn: resent history is treated alike
         try:
-            for fault in self.engine.candidates(view.prompt(self.msg, text)):
+            for fault in self.engine.interest.faults(view.prompt(self.msg, text)):
                 if isinstance(fault, PromptFault):
                     await fault.prepare(text)
         except Exception as exc:  # fail open: the rules decide without it
@@ -353,13 +349,13 @@ class LlmExchange:
         if watched is None:
             call = view.tool_call(self.msg, ToolCall("", tool, ""))
             watched = self._watched[tool] = self._routed_name(tool) or (self.interest.calls and any(
-                _acts_on_calls(fault) for fault in self.engine.candidates(call)))
+                _acts_on_calls(fault) for fault in self.engine.interest.faults(call)))
         return watched
 
     def _empty_faults(self) -> list[Fault]:
         if not self.interest.completion:
             return []
-        return [f for f in self.engine.candidates(view.completion(self.msg)) if f.type == "empty_completion"]
+        return [f for f in self.engine.interest.faults(view.completion(self.msg)) if f.type == "empty_completion"]
 
     @property
     def error_points(self) -> frozenset[int]:
@@ -367,7 +363,7 @@ class LlmExchange:
         the request asks for a whole reply)."""
         if self._error_points is None:
             asked = self.interest.completion and self.request.stream
-            faults = self.engine.candidates(view.stream_event(self.msg, 0)) if asked else []
+            faults = self.engine.interest.faults(view.stream_event(self.msg, 0)) if asked else []
             self._error_points = frozenset(cast("LlmStreamErrorFault", f).after_events for f in faults
                                           if f.type == "llm_stream_error")
         return self._error_points
