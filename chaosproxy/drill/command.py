@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="the drill's folder (default drills/drill-TIMESTAMP)")
     parser.add_argument("--replay", type=Path, metavar="RUN_DIR",
-                        help="run DRILL/run-N again with its scenario and seed (with --agent: another agent)")
+                        help="run DRILL/run-N again with its scenario and seed (with --agent: another agent; "
+                             "with --upstream: another upstream, or the same given again with its credentials)")
     parser.add_argument("--plan", nargs="?", const="-", metavar="FILE",
                         help="print the run matrix (run, shard, kind, scenario, seed) and run nothing; "
                              "with FILE, write it as JSON lines (the scenarios' text included)")
@@ -198,7 +199,11 @@ def _replay(args: argparse.Namespace) -> int:
     if not (args.replay / "run.json").is_file():
         print(f"chaosproxy drill: {args.replay} is not a drill run's folder (no run.json)", file=sys.stderr)
         return EXIT_INVALID
-    folder, result, original = replay(args.replay, args.agent)
+    try:
+        folder, result, original = replay(args.replay, args.agent, args.upstream)
+    except ValueError as exc:
+        print(f"chaosproxy drill: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     was = original["status"] if original else "unknown"
     print(f"{args.replay}: replayed in {folder}: {result['status']} (the original run: {was})")
     return 1 if result["status"] == "error" else 0

@@ -16,6 +16,7 @@ from yarl import URL
 
 from chaosproxy.cassette.format import cassette_kind
 from chaosproxy.engine.scenario import MAX_SEED, ScenarioError
+from chaosproxy.telemetry.redact import redacted_url
 
 
 class DrillConfig(BaseModel):
@@ -83,6 +84,18 @@ class DrillConfig(BaseModel):
     @property
     def baseline_runs(self) -> int:
         return self.baseline if self.baseline is not None else self.repeat
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings as a drill's folder keeps them: the upstream URL as the proxy shows URLs (its
+        userinfo and signed-URL values redacted: a folder is shared, compared, attached to reports)."""
+        data = self.model_dump(mode="json")
+        data["upstream"] = shown_upstream(self.upstream)
+        return data
+
+
+def shown_upstream(upstream: str | None) -> str | None:
+    """An upstream URL as a drill writes it down (see `DrillConfig.recorded`)."""
+    return redacted_url(upstream) if upstream is not None else None
 
 
 def load_config(drill_file: Path | None, overrides: dict[str, Any]) -> DrillConfig:

@@ -18,6 +18,7 @@ from chaosproxy.drill.plan import RunSpec, Shard, plan_runs
 from chaosproxy.drill.runner import RUN_FILE, Progress, Run, execute_all
 from chaosproxy.engine.core import draw_seed
 from chaosproxy.records.drill_folder import DRILL_FILE, RESULTS_FILE
+from chaosproxy.telemetry.redact import was_redacted
 from chaosproxy.telemetry.tracing import exporting
 
 
@@ -41,7 +42,7 @@ def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, li
         raise FileExistsError(f"{folder} is not empty; give the drill a new folder with --out")
     started = datetime.now(UTC).isoformat(timespec="seconds")
     settings: dict[str, Any] = {"version": __version__, "seed": seed, "started": started, "runs": len(specs),
-                                "config": config.model_dump(mode="json")}
+                                "config": config.recorded()}
     if shard is not None:
         settings["shard"] = {"index": shard.index, "count": shard.count, "runs": len(chosen)}
     (folder / DRILL_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
@@ -59,13 +60,21 @@ def run_drill(config: DrillConfig, shard: Shard | None = None) -> tuple[Path, li
     return folder, [result.record() for result in results]
 
 
-def replay(run_folder: Path, agent: str | None = None) -> tuple[Path, dict[str, Any], dict[str, Any] | None]:
-    """Run one drill run again (same scenario, same seed; another agent if given) in RUN/replay-N.
+def replay(run_folder: Path, agent: str | None = None,
+           upstream: str | None = None) -> tuple[Path, dict[str, Any], dict[str, Any] | None]:
+    """Run one drill run again (same scenario, same seed; another agent, or upstream, if given) in
+    RUN/replay-N. An upstream whose secrets the run file left out must be given again. Raises ValueError
+    when it is not.
 
     Returns the replay's folder, its result and the original run's result.
     """
     recorded = json.loads((run_folder / RUN_FILE).read_text(encoding="utf-8"))
     settings = {key: recorded.get(key) for key in ("judge", "timeout", "upstream", "stdio", "replay_cassette")}
+    if upstream is not None:
+        settings["upstream"] = upstream
+    elif isinstance(settings["upstream"], str) and was_redacted(settings["upstream"]):
+        raise ValueError(f"{run_folder / RUN_FILE}: the run's upstream {settings['upstream']} had credentials or a "
+                         "signature, which a drill's folder does not keep: give it again with --upstream")
     config = DrillConfig.model_validate({**settings, "agent": agent or recorded["agent"]})
     spec = RunSpec(recorded["run"], recorded["label"], recorded["kind"],
                    (run_folder / "scenario.yaml").read_text(encoding="utf-8"), recorded["seed"],

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from yarl import URL
 
-from chaosproxy.drill.config import DrillConfig
+from chaosproxy.drill.config import DrillConfig, shown_upstream
 from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.records.logfile import read_events
@@ -269,7 +269,7 @@ class Run:
         data = {"run": spec.name, "label": spec.label, "kind": spec.kind, "seed": spec.seed,
                 "scenario_dir": spec.scenario_dir,
                 "agent": config.agent, "judge": config.judge, "timeout": config.timeout,
-                "upstream": config.upstream, "stdio": config.stdio,
+                "upstream": shown_upstream(config.upstream), "stdio": config.stdio,
                 "replay_cassette": str(config.replay_cassette) if config.replay_cassette is not None else None,
                 "result": result.record() if result is not None else None}
         (self.folder / RUN_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -22,6 +22,7 @@ from chaosproxy.records.drill_folder import Drill
 from chaosproxy.report.fmt import rate_text
 from chaosproxy.report.profile import COMPONENTS, Profile, build_profile
 from chaosproxy.report.stats import Rate, difference_interval
+from chaosproxy.telemetry.redact import redacted_url
 
 # Settings whose difference changes what the two drills measure (the agent's is the point of comparing).
 COMPARED_SETTINGS = (
@@ -180,13 +181,19 @@ def compare(base: Drill, new: Drill) -> Comparison:
     ] + new_unread
     old_config, new_config = base.settings.get("config") or {}, new.settings.get("config") or {}
     comparison.settings_differ = [
-        (key, old_config.get(key), new_config.get(key))
+        (key, _shown(old_config.get(key)), _shown(new_config.get(key)))
         for key in COMPARED_SETTINGS
         if _setting(key, old_config.get(key)) != _setting(key, new_config.get(key))
     ]
     if base.settings.get("seed") != new.settings.get("seed"):
         comparison.settings_differ.insert(0, ("seed", base.settings.get("seed"), new.settings.get("seed")))
     return comparison
+
+
+def _shown(value: Any) -> Any:
+    """A setting as a comparison shows it: a URL in it without secrets (a folder written before drills
+    redacted their upstream may still hold its credentials)."""
+    return redacted_url(value) if isinstance(value, str) else value
 
 
 def _setting(key: str, value: Any) -> Any:

@@ -35,6 +35,11 @@ def redacted_url(url: str) -> str:
     return url if redacted == pairs else f"{url[:query_at + 1]}{'&'.join(redacted)}{url[end:]}"
 
 
+def was_redacted(url: str) -> bool:
+    """Whether `url` is one `redacted_url` took a secret out of (the real one is not to be had from it)."""
+    return "://REDACTED:REDACTED@" in url or "=REDACTED" in url
+
+
 def truncated(text: str, limit: int) -> str:
     """`text` when at most `limit` characters, else cut to that many, its last one TRUNCATED."""
     return text if len(text) <= limit else text[:max(0, limit - 1)] + TRUNCATED
