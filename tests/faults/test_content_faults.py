@@ -63,7 +63,7 @@ def weather(city: str = "Oslo") -> tuple[str, dict[str, Any]]:
 def test_every_content_fault_is_registered_as_an_observation_on_results():
     for name in CONTENT_FAULTS:
         fault = REGISTRY[name]
-        assert (fault.component, fault.level, fault.acts_on) == \
+        assert (fault.component, fault.level, fault.phase) == \
             (Component.OBSERVATION, Level.CONTENT, Phase.RESPONSE)
         assert fault.summary() and "\n" not in fault.summary()
 
