@@ -58,6 +58,7 @@ def test_run_injects_faults_and_flushes_the_log_on_sigterm(run_proxy, tmp_path: 
     assert "listening on" in proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_an_invalid_scenario_stops_before_listening(run_proxy, tmp_path: Path):
     scenario = tmp_path / "bad.yaml"
     scenario.write_text("rules:\n  - name: x\n    fault: {type: latency, delay_ms: -1}\n")
@@ -66,6 +67,7 @@ def test_an_invalid_scenario_stops_before_listening(run_proxy, tmp_path: Path):
     assert f"{scenario}:3: rules[0].fault.delay_ms" in proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_a_clear_error(run_proxy, tmp_path: Path):
     log = tmp_path / "log.jsonl"
     with socket.socket() as taken:
@@ -89,6 +91,7 @@ def test_bad_flags_are_explained(args, message):
     assert proc.returncode == 2 and message in proc.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path):
     log = tmp_path / "demo.jsonl"
     proc = subprocess.run([*CHAOSPROXY, "demo", "--log", str(log)], capture_output=True, text=True, timeout=90)

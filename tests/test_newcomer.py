@@ -19,6 +19,7 @@ from tests.report.test_compare import _drill
 CHAOSPROXY = [sys.executable, "-m", "chaosproxy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["faults", "schema"])
 def test_a_listing_read_by_head_ends_quietly(command: str) -> None:
     """`chaosproxy faults | head` once ended in a BrokenPipeError traceback."""
@@ -28,6 +29,7 @@ def test_a_listing_read_by_head_ends_quietly(command: str) -> None:
     assert len(done.stdout.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_fault_listing_fits_a_terminal_and_names_every_fault() -> None:
     listing = subprocess.run([*CHAOSPROXY, "faults"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert max(map(len, listing.splitlines())) <= 100
@@ -51,6 +53,7 @@ def test_a_bar_at_zero_shows_its_colour_and_says_its_value() -> None:
     assert not re.search(r'<g class="bar new">.*<text ', chart)  # a full bar needs no label
 
 
+@pytest.mark.slow
 def test_the_comparison_legend_names_every_colour_its_bars_have(tmp_path: Path) -> None:
     """The "new" bars of overall, clean and scenario rows had a colour the legend did not name."""
     scenarios = {"clean": "rules: []\n", "s": "rules:\n  - name: e\n    fault: {type: http_error}\n"}

@@ -53,6 +53,7 @@ def test_the_factory_starts_independent_proxies(chaosproxy_factory, upstream):
     assert (status(calm.url + "/health"), status(broken.url + "/health")) == (200, 502)
 
 
+@pytest.mark.slow
 def test_a_user_suite_uses_the_plugin_through_its_entry_point(pytester, upstream):
     pytester.makepyfile(f"""
         import urllib.error, urllib.request

@@ -69,6 +69,7 @@ def test_a_head_sent_too_slowly_is_answered_408_and_closed(make_proxy):
     assert limits.refused["head_timeout"] == 1
 
 
+@pytest.mark.slow
 def test_an_idle_keep_alive_connection_is_closed_but_a_slow_response_is_not(make_proxy, scripted):
     async def slow(reader, writer):
         await read_request(reader)

@@ -20,8 +20,9 @@ from chaosproxy.adapters import compiled
 from chaosproxy.adapters.compiled import NOT_COMPILED, sources_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA_PLANE_TESTS = ["tests/adapters/test_framing.py", "tests/adapters/test_plain_path.py", "tests/adapters/test_transparency.py",
-                    "tests/adapters/test_oracle.py", "tests/adapters/test_seams.py", "tests/adapters/test_client_limits.py",
+DATA_PLANE_TESTS = ["tests/adapters/test_framing.py", "tests/adapters/test_plain_path.py",
+                    "tests/adapters/test_transparency.py", "tests/adapters/test_oracle.py",
+                    "tests/adapters/test_seams.py", "tests/adapters/test_client_limits.py",
                     "tests/telemetry/test_otel_hostile.py"]
 
 

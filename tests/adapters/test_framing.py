@@ -167,6 +167,7 @@ async def _push(writer: asyncio.StreamWriter, seconds: float) -> int:
     return sent
 
 
+@pytest.mark.slow
 def test_a_tunnel_holds_the_upstream_back_while_the_client_does_not_read(make_proxy, scripted):
     pushed: list[int] = []
 
@@ -193,6 +194,7 @@ def test_a_tunnel_holds_the_upstream_back_while_the_client_does_not_read(make_pr
             received += len(data)
 
 
+@pytest.mark.slow
 def test_a_tunnel_holds_the_client_back_while_the_upstream_does_not_read(make_proxy, scripted):
     async def script(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
@@ -455,6 +457,7 @@ def test_a_garbage_status_line_from_upstream_is_a_502(make_proxy, scripted):
         assert status == 502 and headers["X-Chaosproxy-Error"] == "upstream-unreachable"
 
 
+@pytest.mark.slow
 async def test_two_agents_with_the_same_rpc_ids_get_their_own_replies(make_proxy):
     """Stateless era: both agents are one session (the client address) and number their calls alike;
     a reply on a POST's own response still belongs to that POST, never to the other agent's."""
@@ -617,6 +620,7 @@ def test_batched_call_lines_read_the_request_body_for_json_rpc(make_proxy):
 @pytest.mark.parametrize("rules", [[], [{"name": "never", "match": {"tool": "no-such-tool"},
                                           "fault": {"type": "rpc_error"}}]],
                          ids=["relayed", "inspected"])
+@pytest.mark.slow
 def test_after_an_upstream_timeout_the_agent_keeps_its_connection(make_proxy, scripted, rules):
     """Relayed, and inspected (a rule that may act on any JSON-RPC message: the call is read by a coroutine)."""
     async def script(reader, writer):  # /hang is never answered

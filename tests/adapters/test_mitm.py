@@ -289,6 +289,7 @@ async def test_a_chunked_json_response_past_the_rule_limit_streams_on_undecided(
     assert mitm.events("fault") == []
 
 
+@pytest.mark.slow
 async def test_a_chunked_text_response_streams_past_an_unrelated_message_rule(make_mitm):
     """A rule on one MCP tool must not make every chunked text response wait for its last byte."""
     mitm = make_mitm(rule("typos", {"type": "typos", "rate": 1}, match={"tool": "search"}))
@@ -604,6 +605,7 @@ def stop_later() -> Iterator[list[subprocess.Popen]]:
             proc.wait(5)
 
 
+@pytest.mark.slow
 def test_mitm_command(https_upstream, confdir, tls_files, tmp_path, stop_later):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("rules:\n  - name: teapot\n    match: {path: /api/*}\n"
@@ -642,17 +644,20 @@ def _mitm_fails(*flags: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_missing_ca_directory(tmp_path):
     done = _mitm_fails("--confdir", str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
+@pytest.mark.slow
 def test_ca_directory_that_is_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     done = _mitm_fails("--confdir", str(tmp_path / "file"))
     assert done.returncode == 2 and "is not a directory" in done.stderr
 
 
+@pytest.mark.slow
 def test_ca_directory_that_cannot_be_written(tmp_path):
     if os.geteuid() == 0:  # root writes anywhere on a normal file system; sysfs refuses it too
         folder = Path("/sys/kernel")
@@ -670,6 +675,7 @@ def test_bad_hosts_glob():
     assert done.returncode == 2 and "not URLs: 'https://tools.corp/v1'" in done.stderr
 
 
+@pytest.mark.slow
 def test_port_in_use(confdir):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

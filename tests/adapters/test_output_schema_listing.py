@@ -15,6 +15,7 @@ FAULTS = [{"type": "typos", "rate": 0.5}, {"type": "oversize", "factor": 3},
           {"type": "wrong_data", "mode": "swap", "count": 3}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "legacy"])  # the stateless era, and the handshake era's sessions
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault["type"] for fault in FAULTS])
 async def test_a_call_without_listing_first_gets_a_perturbed_schema_valid_result(
@@ -46,6 +47,7 @@ async def test_the_proxy_lists_every_page(make_proxy: Any, mcp_paged: str) -> No
     assert "result.structuredContent.result" in line["effect"]["changed"]
 
 
+@pytest.mark.slow
 async def test_where_the_schema_cannot_be_had_only_text_is_perturbed_and_the_rest_skipped(
         make_proxy: Any, mcp_sse: str) -> None:
     """Legacy HTTP+SSE answers on the agent's own stream: the proxy lists nothing itself there."""

@@ -7,6 +7,7 @@ import socket
 import time
 
 import aiohttp
+import pytest
 
 from tests.helpers.support import rule
 
@@ -24,6 +25,7 @@ async def first_event_after(url: str) -> tuple[float, float]:
     return first, time.perf_counter() - started
 
 
+@pytest.mark.slow
 async def test_sse_events_are_relayed_as_they_are_sent(make_proxy, upstream):
     proxy = make_proxy()
     url = "/sse?n=10&interval_ms=50"

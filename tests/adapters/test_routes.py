@@ -14,6 +14,7 @@ async def get(url: str) -> tuple[int, bytes]:
         return response.status, await response.read()
 
 
+@pytest.mark.slow
 async def test_prefixes_pick_the_upstream_and_rules_match_on_the_route(make_proxy, upstream, mcp_http):
     proxy = make_proxy({"routes": {"/rest": upstream, "/tools": mcp_http},
                         "rules": [{"name": "rest-down", "match": {"route": "rest", "path": "/rest/api/*"},

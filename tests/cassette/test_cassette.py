@@ -90,6 +90,7 @@ def test_a_request_the_cassette_lacks_gets_an_error_naming_the_closest_recorded(
     assert len(server.replay.unmatched) == 2
 
 
+@pytest.mark.slow
 def test_streams_keep_the_recorded_timing_or_drop_it(server_loop, upstream, tmp_path):
     folder = tmp_path / "stream"
     with proxy_to(server_loop, upstream, tmp_path / "log.jsonl", record=folder) as proxy:

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from tests.helpers.browser import open_tab
 from tests.control.test_console import console, edit  # noqa: F401  (the fixture, and typing into the editor)
+from tests.helpers.browser import open_tab
 
 NEW_SEED = "seed: 5\nrules:\n  - name: slow\n    fault: {type: latency, delay_ms: 5}\n"
 NOT_USED = "seed 5 is not used: the run keeps seed 7"

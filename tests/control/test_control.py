@@ -98,6 +98,7 @@ SWAPS = [
 ]
 
 
+@pytest.mark.slow
 async def test_scenario_swaps_mid_traffic_lose_and_fail_nothing_unasked(controlled):
     """Steady traffic while scenarios are swapped: every request is answered, only asked-for faults fail."""
     ctl = controlled(SWAPS[0])
@@ -464,6 +465,7 @@ def test_events_readers_are_capped(controlled):
     assert ctl.get("/healthz")[0] == 200 and not ctl.server._streams
 
 
+@pytest.mark.slow
 def test_the_token_comes_from_a_file_and_stays_out_of_ps(upstream: str, tmp_path: Path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")

@@ -45,11 +45,13 @@ def test_the_agent_retries_a_failed_search(chaosproxy):
 '''
 
 
+@pytest.mark.slow
 def test_the_pytest_example_asserts_on_the_journal(pytester, mcp_http):
     pytester.makepyfile(EXAMPLE.replace("UPSTREAM", repr(mcp_http)))
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_the_example_fails_when_the_agent_does_not_retry(pytester, mcp_http):
     """The example can fail: an agent that gives up after the fault made one call, not two."""
     pytester.makepyfile(EXAMPLE.replace("UPSTREAM", repr(mcp_http)).replace("range(2)", "range(1)"))

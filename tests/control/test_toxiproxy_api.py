@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.peers.peers import NODE22, free_port
 from tests.helpers.support import wait_listening
+from tests.peers.peers import NODE22, free_port
 
 TESTS = Path(__file__).resolve().parents[1]
 DRIVERS = TESTS / "peers" / "toxiproxy"

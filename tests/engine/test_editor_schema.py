@@ -36,6 +36,7 @@ def validators() -> dict[str, jsonschema.Draft202012Validator]:
             "suite": jsonschema.Draft202012Validator(schema("--suite"))}
 
 
+@pytest.mark.slow
 def test_every_library_scenario_and_suite_is_valid(validators) -> None:
     assert SCENARIOS and SUITES
     for path in SCENARIOS:

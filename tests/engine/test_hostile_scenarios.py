@@ -90,6 +90,7 @@ def test_the_duplicate_key_check_visits_each_aliased_node_once(tmp_path: Path):
     assert caught.value.problems == [f"{path}:6: duplicate key 'rules' (first on line 5)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mapping", ["{secret}", "../secret", "link/secret"])
 def test_a_scenario_names_only_files_under_its_own_folder(folder: Path, mapping: str):
     (folder / "link").symlink_to(folder.parent)  # inside the folder by name, outside once resolved
@@ -104,6 +105,7 @@ def test_a_scenario_names_only_files_under_its_own_folder(folder: Path, mapping:
     assert allowed.returncode == 2 and "hunter2" not in allowed.stderr, allowed.stderr
 
 
+@pytest.mark.slow
 def test_errors_about_a_named_file_never_quote_it(folder: Path):
     (folder / "secret.yaml").write_text(f"'{SECRET}': [1]\n'{SECRET}2': {{a: b}}\n")
     (folder / "broken.yaml").write_text(f"{SECRET}: [unclosed\n")
@@ -114,6 +116,7 @@ def test_errors_about_a_named_file_never_quote_it(folder: Path):
         assert "hunter2" not in done.stderr and "99999" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_fifo_is_refused_at_once(folder: Path):
     os.mkfifo(folder / "fifo")
     (folder / "s.yaml").write_text(paraphrase("fifo"))
@@ -131,6 +134,7 @@ def test_a_relative_mapping_is_the_scenario_folders_not_the_working_directorys(f
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_a_drill_run_finds_a_relative_mapping_beside_the_original_scenario(folder: Path, tmp_path: Path,
                                                                           upstream: str):
     (folder / "s.yaml").write_text(paraphrase("phrases.yaml"))
@@ -179,6 +183,7 @@ def running(folder: Path, upstream: str, tmp_path: Path) -> Iterator[Proxy]:
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_hostile_puts_are_refused_with_reasons_while_the_proxy_keeps_answering(running: Proxy, folder: Path):
     os.mkfifo(folder / "fifo")
     hostile = [(alias_bomb(), 400, "aliases expand"), (deep(3000), 400, "nesting"),

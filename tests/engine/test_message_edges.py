@@ -94,6 +94,7 @@ async def test_the_proxys_own_reply_on_a_legacy_stream_is_not_faulted_again(run_
         ("lose-replies", "weather"), ("refuse", "search")]
 
 
+@pytest.mark.slow
 def test_a_legacy_stream_nobody_reads_holds_a_bounded_queue(run_proxy, scripted: str):
     proc, port, _ = run_proxy(scripted, [{"name": "watch", "match": {"method": "never/*"},
                                           "fault": {"type": "rpc_error", "at": "response"}}])

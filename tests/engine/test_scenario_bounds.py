@@ -46,6 +46,7 @@ def test_a_scenario_seed_too_big_is_refused_with_its_line(tmp_path: Path, seed: 
 
 @pytest.mark.parametrize("command", [["run", "--upstream", "http://127.0.0.1:9"], ["stdio", "--", "true"],
                                      ["drill", "--agent", "true", "--upstream", "http://127.0.0.1:9"]])
+@pytest.mark.slow
 def test_a_seed_flag_too_big_is_refused_before_anything_starts(command: list[str]) -> None:
     for seed in TOO_BIG:
         done = chaosproxy(*command[:1], "--seed", str(seed), *command[1:])

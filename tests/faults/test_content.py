@@ -63,6 +63,7 @@ def test_same_seed_same_text(text, rate, layout, kind, seed):
         assert edit(text, random.Random(seed)) == edit(text, random.Random(seed))
 
 
+@pytest.mark.slow
 @given(documents, rates, seeds)
 def test_same_seed_same_document(doc, rate, seed):
     def every(rng: random.Random) -> list[Any]:
@@ -110,6 +111,7 @@ def test_render_like_reproduces_the_original_style(doc, style):
     assert _text_edits.render_like(json.loads(original), f"\n {original}\n") == f"\n {original}\n"
 
 
+@pytest.mark.slow
 @given(documents, st.sampled_from(["append", "prepend", "insert"]), seeds)
 def test_inject_puts_the_snippet_in_one_string_only(doc, position, seed):
     changed = _text_edits.inject(doc, "<<CANARY>>", position, random.Random(seed))
@@ -174,6 +176,7 @@ def test_oversize_text_ends_exactly_at_the_target(text, target, seed):
     assert _text_edits.size(grown) == max(target, _text_edits.size(text))
 
 
+@pytest.mark.slow
 @given(documents, st.integers(0, 20_000), styles, seeds)
 def test_oversize_json_reaches_the_target_in_any_style_and_keeps_what_was_there(doc, target, style, seed):
     original = json.dumps(doc, **style)
@@ -291,6 +294,7 @@ def test_invalid_paths_are_value_errors(path):
     {"type": "truncate_text", "fraction": 0.5, "paths": ["$..*"]}, {"type": "oversize", "factor": 3},
     {"type": "inject_text"}, {"type": "wrong_data"}, {"type": "wrong_data", "mode": "empty"},
 ])
+@pytest.mark.slow
 @given(doc=documents, style=styles, seed=seeds)
 def test_every_fault_keeps_json_text_valid(fault, doc, style, seed):
     rule = parse_scenario(json.dumps({"rules": [{"name": "r", "fault": fault}]})).rules[0]

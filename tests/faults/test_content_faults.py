@@ -68,6 +68,7 @@ def test_every_content_fault_is_registered_as_an_observation_on_results():
         assert fault.summary() and "\n" not in fault.summary()
 
 
+@pytest.mark.slow
 async def test_typos_change_string_values_and_keep_the_json(make_proxy, mcp_http):
     proxy = make_proxy(once({"type": "typos", "rate": 0.3}), to=mcp_http)
     typoed, clean = await calls(proxy, search(limit=5), search(limit=5))

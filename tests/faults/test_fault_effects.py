@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.helpers.framing_support import read_request
 from tests.helpers.mcp_support import client
@@ -102,6 +103,7 @@ async def test_an_effect_stays_small_whatever_the_fault_met(make_proxy: Any, scr
         assert len(json.dumps(effect)) < MAX_EFFECT_BYTES
 
 
+@pytest.mark.slow
 def test_every_fault_the_demo_fires_says_what_it_did(tmp_path: Path) -> None:
     """The demo meets a fault of every kind: none but the model API's own says nothing of what it did."""
     done = subprocess.run([sys.executable, "-m", "chaosproxy", "demo"], capture_output=True, text=True,

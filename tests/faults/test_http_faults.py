@@ -36,6 +36,7 @@ async def test_latency_delays_the_request(make_proxy):
 @pytest.mark.parametrize("distribution,extra", [
     ("uniform", {"max_ms": 400}), ("normal", {"jitter_ms": 50}), ("lognormal", {}), ("pareto", {"max_ms": 5000}),
 ])
+@pytest.mark.slow
 async def test_latency_distributions_stay_in_range(make_proxy, distribution, extra):
     proxy = make_proxy(rule("slow", {"type": "latency", "delay_ms": 200, "distribution": distribution, **extra}))
     took = [await elapsed(proxy.url + "/health") for _ in range(3)]
@@ -169,6 +170,7 @@ async def test_stream_cut_after_events(make_proxy):
     assert body.count(b"event: tick") == 2 and body.endswith(b"\n\n")
 
 
+@pytest.mark.slow
 async def test_stream_cut_idle_starves_the_client(make_proxy):
     proxy = make_proxy(rule("starve", {"type": "stream_cut", "after_events": 1, "then": "idle"}))
     events = []

@@ -349,6 +349,7 @@ def test_bad_parameters_are_rejected_with_line_and_reason(fault, reason):
     assert any(p.startswith("s.yaml:3: ") and reason in p for p in problems), problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server_flags", [(), ("--json-response",)], ids=["sse-reply", "json-reply"])
 async def test_rug_pull_announces_itself_with_list_changed(make_proxy, server_flags):
     """remove_tool with notify: the reply to the triggering call carries notifications/tools/list_changed."""

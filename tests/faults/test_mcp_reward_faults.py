@@ -225,6 +225,7 @@ async def test_parameter_descriptions_are_reworded_and_the_schema_kept():
                                                                           if k != "description"})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(peers.missing()) and not os.environ.get("CI"), reason="MCP peers not installed")
 async def test_parameter_paraphrase_on_a_server_we_did_not_write(make_proxy):
     with peers.everything_http("streamableHttp") as server:

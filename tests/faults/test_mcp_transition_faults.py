@@ -41,6 +41,7 @@ async def test_rpc_error_on_request(make_proxy, mcp_http, mode):
     assert fault["effect"]["error"]["code"] == -32000
 
 
+@pytest.mark.slow
 async def test_rpc_error_replacing_the_reply(make_proxy, mcp_json):
     proxy = make_proxy(once({"type": "rpc_error", "code": -32603, "at": "response"}), to=mcp_json)
     error = await first_then_second(proxy.url + "/mcp")
@@ -59,6 +60,7 @@ async def test_timeout_as_rpc_error_and_as_tool_error(make_proxy, mcp_http, mode
     assert result.is_error and "timed out" in result.content[0].text
 
 
+@pytest.mark.slow
 async def test_hang_on_one_request_fails_it_while_the_session_still_works(make_proxy, mcp_http):
     proxy = make_proxy(once({"type": "hang"}), to=mcp_http)
     error = await first_then_second(proxy.url + "/mcp", read_timeout_seconds=1)
@@ -100,6 +102,7 @@ async def test_malformed_truncated_frame_is_a_parse_error(request, make_proxy, s
     assert caught.value.error.code in (-32700, -32001)  # parse error, or a hang the client times out
 
 
+@pytest.mark.slow
 async def test_malformed_wrong_id_leaves_the_client_waiting(make_proxy, mcp_http):
     proxy = make_proxy(once({"type": "malformed", "variant": "wrong_id"}), to=mcp_http)
     error = await first_then_second(proxy.url + "/mcp", read_timeout_seconds=1)

@@ -103,6 +103,7 @@ async def test_a_rest_tool_api_through_mitm(server_loop, upstream, tmp_path):
     assert_every_fault_is_attached_once(log, tmp_path, REST)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path,mode", [("/mcp", "auto"), ("/mcp", "legacy"), ("/sse", "legacy")])
 async def test_mcp_over_http(request, make_proxy, path, mode, tmp_path):
     server = request.getfixturevalue("mcp_sse" if path == "/sse" else "mcp_http")
@@ -112,6 +113,7 @@ async def test_mcp_over_http(request, make_proxy, path, mode, tmp_path):
     assert_every_fault_is_attached_once(proxy.log_path, tmp_path)
 
 
+@pytest.mark.slow
 async def test_mcp_over_stdio(tmp_path):
     log, scenario = tmp_path / "log.jsonl", tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
@@ -136,6 +138,7 @@ def running_mitm(server_loop: Any, scenario: dict[str, Any], log: Path, tmp_path
         perturbations.close()
 
 
+@pytest.mark.slow
 async def test_mcp_through_mitm(server_loop, mcp_http, tmp_path):
     """The agent reaches its MCP server through `chaosproxy mitm` as its HTTP proxy."""
     log = tmp_path / "log.jsonl"

@@ -64,6 +64,7 @@ def eventually(check: Callable[[], bool], timeout: float = 5) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sigusr1_reopens_the_log_for_logrotate(start, tmp_path: Path):
     log = tmp_path / "chaos.jsonl"
     proxy = start(log)
@@ -80,6 +81,7 @@ def test_sigusr1_reopens_the_log_for_logrotate(start, tmp_path: Path):
     assert calls(log) == 4
 
 
+@pytest.mark.slow
 def test_a_full_disk_never_stops_proxying_and_the_kept_lines_land_later(start, tmp_path: Path):
     log = tmp_path / "chaos.jsonl"
     log.symlink_to("/dev/full")  # every write fails with ENOSPC
@@ -100,6 +102,7 @@ def test_a_full_disk_never_stops_proxying_and_the_kept_lines_land_later(start, t
     assert events[0] == "run" and events.count("call") == 25
 
 
+@pytest.mark.slow
 def test_every_call_line_is_flushed_at_shutdown(start, tmp_path: Path):
     log = tmp_path / "chaos.jsonl"
     for _ in range(3):

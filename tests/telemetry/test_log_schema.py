@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from pydantic import TypeAdapter
 
@@ -83,6 +84,7 @@ def test_every_line_of_a_proxy_run_is_as_the_schema_says_and_reads_back(server_l
     assert (calls[3].method, calls[3].tool, calls[3].rpc_id) == ("tools/call", "lookup", 4)
 
 
+@pytest.mark.slow
 def test_the_command_line_and_the_stdio_relay_write_their_lines_as_the_schema_says(tmp_path: Path):
     log = tmp_path / "log.jsonl"
     with socket.socket() as taken:  # a port in use: the run line, then an error line

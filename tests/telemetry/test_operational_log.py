@@ -12,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.support import free_port, wait_listening
 
 
+@pytest.mark.slow
 def test_with_log_format_json_every_operational_line_is_a_json_object(tmp_path: Path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("rules: []\n")

@@ -123,6 +123,7 @@ def test_headers_resource_endpoint_and_compression(make_proxy: Any, receiver: Re
     assert "x-general" not in headers and headers["Content-Encoding"] == "gzip"
 
 
+@pytest.mark.slow
 def test_a_full_queue_drops_and_counts_and_the_proxy_keeps_serving(make_proxy: Any, receiver: Receiver):  # noqa: F811
     """A collector that stalls 3 s an export and a queue of 4: calls go on at their pace, the spans
     that do not fit are dropped and counted, the queued ones arrive once the collector answers."""

@@ -10,16 +10,17 @@ import openai
 import pytest
 
 from chaosproxy.telemetry.tracing import OtlpTracing
+from tests.adapters.test_mitm import confdir, https_upstream, make_mitm, tls_files  # noqa: F401
 from tests.helpers.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm, rules  # noqa: F401
 from tests.helpers.mcp_support import serve
 from tests.helpers.otlp import Receiver
-from tests.adapters.test_mitm import confdir, https_upstream, make_mitm, tls_files  # noqa: F401
 from tests.telemetry.test_otel import SCENARIO, check_call_spans, make_calls, otel_environment, receiver  # noqa: F401
 
 HEADER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 HEADER_PARENT = f"00-{HEADER_TRACE}-00f067aa0ba902b7-01"  # the agent's HTTP header names another context
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["http", "sse"])
 async def test_http_calls_carry_spans_with_their_faults(make_proxy: Any, receiver: Receiver,  # noqa: F811
                                                         monkeypatch: pytest.MonkeyPatch, transport: str):

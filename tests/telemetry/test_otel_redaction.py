@@ -63,6 +63,7 @@ def test_a_failed_upstream_is_named_without_its_credentials(make_proxy: Any, cap
     assert "PASSWORD" not in body and "PASSWORD" not in caplog.text and "REDACTED:REDACTED@" in caplog.text
 
 
+@pytest.mark.slow
 def test_the_command_line_shows_no_secret_on_stderr(upstream: str, tmp_path: Path):
     """`chaosproxy run` with an upstream and a collector that carry credentials, a malformed OTLP header
     setting, and a signed-URL call that reaches a collector that is not there: stderr (the start-up

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_the_a2a_demo_tells_its_story(tmp_path: Path) -> None:
     log = tmp_path / "demo.jsonl"
     done = subprocess.run([sys.executable, "-m", "chaosproxy", "demo", "--a2a", "--log", str(log)],

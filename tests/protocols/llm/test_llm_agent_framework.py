@@ -8,6 +8,8 @@ import os
 import time
 from typing import Any
 
+import pytest
+
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # before the SDK loads: it would export traces to the provider
 
 import agents  # noqa: E402
@@ -89,6 +91,7 @@ def test_prompt_typos_identical_on_each_resend(llm: ScriptedLlm, make_proxy: Any
         ("prompt_typos", "openai-chat", "gpt-test", 0)]
 
 
+@pytest.mark.slow
 def test_rate_limit_retried_by_the_sdk_after_retry_after(llm: ScriptedLlm, make_proxy: Any) -> None:
     proxy = make_proxy(rules({"fault": {"type": "llm_error", "kind": "rate_limit", "retry_after_s": 0.8},
                               "after": 1, "first": 1}), to=llm.url)

@@ -19,9 +19,9 @@ from chaosproxy.demo import llm_server
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.telemetry.log import PerturbationLog
+from tests.adapters.test_mitm import confdir, tls_files  # noqa: F401
 from tests.helpers.llm_support import CHAT_TOOLS, PROMPT, rules
 from tests.helpers.support import ServerLoop, call_lines, log_events
-from tests.adapters.test_mitm import confdir, tls_files  # noqa: F401
 
 
 @pytest.fixture(scope="module")

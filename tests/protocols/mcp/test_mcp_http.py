@@ -31,6 +31,7 @@ TRANSPORTS = [("mcp_http", "auto"), ("mcp_http", "legacy"), ("mcp_json", "auto")
               ("mcp_sse", "legacy")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server,mode", TRANSPORTS)
 @pytest.mark.parametrize("scenario", ["rules: []", WATCH], ids=["idle", "watching"])
 async def test_results_are_identical_direct_and_through_the_proxy(request, make_proxy, server, mode, scenario):
@@ -62,6 +63,7 @@ async def test_progress_notifications_arrive_as_they_are_sent(make_proxy, mcp_ht
     assert finished - arrivals[0] > 0.3
 
 
+@pytest.mark.slow
 async def test_an_upstream_dying_mid_session_is_a_clear_error_not_a_hang(make_proxy):
     with contextlib.ExitStack() as server:
         url = server.enter_context(serve("http"))

@@ -16,8 +16,8 @@ import yaml
 
 from chaosproxy.drill.suite import load_suite
 from chaosproxy.engine.scenario import load_scenario
-from tests.helpers.modern_support import Asker, TasksClient, modern, serve_http
 from tests.faults.test_scenario_library import covers
+from tests.helpers.modern_support import Asker, TasksClient, modern, serve_http
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted((ROOT / "scenarios" / "mcp-2026").glob("*.yaml"))
@@ -74,6 +74,7 @@ async def session(url: str, name: str) -> list[str]:
     return failures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda path: path.stem)
 async def test_a_scenario_is_grounded_and_fires_with_its_component(make_proxy, server, path: Path):
     text = header(path)

@@ -132,6 +132,7 @@ def cached_http() -> Any:
         yield url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rules", [[], IDLE], ids=["no-rules", "idle-rules"])
 async def test_http_exchanges_of_every_2026_feature_pass_byte_for_byte(make_proxy, server_loop: ServerLoop,
                                                                         cached_http: str, rules: list[Any]):
@@ -165,6 +166,7 @@ async def test_http_exchanges_of_every_2026_feature_pass_byte_for_byte(make_prox
 
 # --- stdio: a tee on each side of the relay ---------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rules", [[], IDLE], ids=["no-rules", "idle-rules"])
 async def test_stdio_lines_of_every_2026_feature_pass_byte_for_byte(tmp_path: Path, rules: list[Any]):
     agent_side, server_side, log = tmp_path / "agent.out", tmp_path / "server.out", tmp_path / "log.jsonl"
