@@ -7,7 +7,7 @@ loop (aiohttp) or from plain sync code (http.client, hypothesis) exactly as an a
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.telemetry.log import PerturbationLog
 from tests.helpers.framing_support import Script, ScriptedUpstream
 from tests.helpers.mcp_support import STRICT_SERVER, serve
-from tests.helpers.support import RunningProxy, ServerLoop
+from tests.helpers.support import MakeProxy, RunningProxy, ServerLoop
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +39,8 @@ def upstream(server_loop: ServerLoop) -> Iterator[str]:
 
 
 @pytest.fixture
-def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[Any]:
-    """Start a proxy with a scenario (YAML text or dict), a seed and HttpProxy options; all are stopped
-    after the test."""
+def make_proxy(server_loop: ServerLoop, upstream: str, tmp_path: Path) -> Iterator[MakeProxy]:
+    """Start proxies in front of the test tool server (see MakeProxy); all are stopped after the test."""
     started: list[tuple[HttpProxy, PerturbationLog]] = []
 
     def start(scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
@@ -96,7 +95,7 @@ def mcp_paged() -> Iterator[str]:
 
 
 @pytest.fixture
-def scripted(server_loop: ServerLoop) -> Iterator[Any]:
+def scripted(server_loop: ServerLoop) -> Iterator[Callable[[Script], ScriptedUpstream]]:
     """Start upstreams that play a script on each connection (hostile or odd HTTP); all stopped after."""
     started: list[ScriptedUpstream] = []
 

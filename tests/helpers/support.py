@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chaosproxy.engine.core import Engine
 from chaosproxy.telemetry.log import PerturbationLog
@@ -43,6 +43,14 @@ class RunningProxy:
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return log_events(self.log_path, kind)
+
+
+class MakeProxy(Protocol):
+    """The `make_proxy` fixture: start a proxy with a scenario (YAML text or a dict), a seed, an upstream
+    (`to`, default the test tool server) and HttpProxy options; it is stopped after the test."""
+
+    def __call__(self, scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
+                 log_batch_s: float = 0.0, **options: Any) -> RunningProxy: ...
 
 
 def log_events(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
