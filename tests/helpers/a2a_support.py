@@ -51,11 +51,13 @@ class Echo(AgentExecutor):
     """The remote agent: a task that works, gives one artifact answering the message, and completes."""
 
     async def execute(self, context: RequestContext, queue: EventQueue) -> None:
-        task = context.current_task or new_task_from_user_message(context.message)
+        message = context.message
+        assert message is not None  # the SDK hands an executor the message it runs for
+        task = context.current_task or new_task_from_user_message(message)
         await queue.enqueue_event(task)
         updater = TaskUpdater(queue, task.id, task.context_id)
         await updater.start_work()
-        await updater.add_artifact([new_text_part(f"{ANSWER} (asked: {get_message_text(context.message)})")],
+        await updater.add_artifact([new_text_part(f"{ANSWER} (asked: {get_message_text(message)})")],
                                    name="answer")
         await updater.complete()
 

@@ -134,7 +134,7 @@ def chat_text_keepalive_crlf() -> Entry:
 
 def chat_refusal() -> Entry:
     refusal = "I'm sorry, but I can't help with that request."
-    deltas = [({"role": "assistant", "content": None, "refusal": ""}, None),
+    deltas: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant", "content": None, "refusal": ""}, None),
               *[({"refusal": piece}, None) for piece in pieces(refusal, 12)], ({}, "stop")]
     events = _chat_chunks({**OPENAI_ENVELOPE, "id": "chatcmpl-CkX3refusal"}, deltas, usage=OPENAI_USAGE)
     return Entry("chat_refusal", "openai-chat", True, events)
@@ -217,12 +217,13 @@ ANTHROPIC_SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds7pM"
 
 def _anthropic_stream(message_id: str, blocks: list[dict[str, Any]], stop: str, *,
                       whole_input: bool = False) -> tuple[bytes, ...]:
-    start = {"id": message_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+    start: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant",
+                             "model": "claude-sonnet-4-5-20250929",
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": ANTHROPIC_USAGE}
     out = [sse({"type": "message_start", "message": start}, "message_start")]
     for index, block in enumerate(blocks):
         if block["type"] == "thinking":
-            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            opened: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [{"type": "thinking_delta", "thinking": piece} for piece in pieces(block["thinking"], 20)]
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
         elif block["type"] == "text":
@@ -247,7 +248,7 @@ def _anthropic_stream(message_id: str, blocks: list[dict[str, Any]], stop: str, 
     return tuple(out)
 
 
-ANTHROPIC_BLOCKS = [
+ANTHROPIC_BLOCKS: list[dict[str, Any]] = [
     {"type": "thinking", "thinking": THINKING, "signature": ANTHROPIC_SIGNATURE},
     {"type": "text", "text": "Let me check both for you."},
     {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather",
@@ -335,7 +336,7 @@ def _responses_stream(response_id: str, output: list[dict[str, Any]]) -> tuple[b
                 empty = {**part, key: ""} if kind == "refusal" else {**part, "text": "", "annotations": []}
                 events.append(("response.content_part.added", {**at, "part": empty}))
                 name = "response.refusal" if kind == "refusal" else "response.output_text"
-                extra = {} if kind == "refusal" else {"logprobs": []}
+                extra: dict[str, Any] = {} if kind == "refusal" else {"logprobs": []}
                 events += [(f"{name}.delta", {**at, "delta": piece, **extra}) for piece in pieces(part[key], 11)]
                 events += [(f"{name}.done", {**at, key: part[key], **extra}),
                            ("response.content_part.done", {**at, "part": part})]

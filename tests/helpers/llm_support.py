@@ -15,7 +15,7 @@ WEATHER_PARAMS = {"type": "object", "properties": {
     "city": {"type": "string", "description": "The city to return the current weather for."}}, "required": ["city"]}
 SEARCH_PARAMS = {"type": "object", "properties": {
     "query": {"type": "string", "description": "What to find in the documentation."}}, "required": ["query"]}
-CHAT_TOOLS = [
+CHAT_TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for a city.",
                                       "parameters": WEATHER_PARAMS}},
     {"type": "function", "function": {"name": "search_docs", "description": "Search the documentation.",

@@ -25,7 +25,7 @@ class PagedServer(MCPServer):
 
     page_size = 0
 
-    async def _handle_list_tools(self, ctx, params) -> ListToolsResult:  # type: ignore[no-untyped-def]
+    async def _handle_list_tools(self, ctx, params) -> ListToolsResult:
         tools = await self.list_tools()
         if not self.page_size:
             return ListToolsResult(tools=tools)
