@@ -72,7 +72,7 @@ from chaosproxy.engine.sessions import SCOPE_HEADER
 from chaosproxy.engine.yaml_limits import MAX_DOCUMENT_BYTES
 from chaosproxy.errors import ConfigError
 from chaosproxy.telemetry.log import ops
-from chaosproxy.telemetry.log_schema import Event
+from chaosproxy.telemetry.log_schema import Event, Key, ProxyMark
 from chaosproxy.telemetry.metrics import LogMetrics
 
 EVENT_QUEUE_SIZE = 1000
@@ -97,6 +97,19 @@ class RulePatch(BaseModel):
 
     enabled: bool | None = None
     probability: float | None = Field(None, ge=0, le=1)
+
+
+async def listen(runner: web.AppRunner, host: str, port: int, undo: Callable[[], Awaitable[None]]) -> int:
+    """Set an API's app runner up and listen on host:port; the port bound (port 0 picks one). When that
+    fails (the port is taken), `undo` stops what the API had started before the error goes on."""
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+    except BaseException:
+        await undo()
+        raise
+    return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
 
 def is_loopback(host: str) -> bool:
@@ -183,14 +196,7 @@ class ControlServer:
                              self.engine.log.subscribe(_never_raising(self.journal.record))]
         self._runner = web.AppRunner(app, handle_signals=False, handler_cancellation=True, access_log=None,
                                      shutdown_timeout=1)
-        try:
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, host, port, reuse_address=True)
-            await site.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return await listen(self._runner, host, port, self.stop)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -355,7 +361,7 @@ class ControlServer:
         scopes, name = self._scopes_of(request), request.match_info["scope"]
         if scopes is None or not await scopes.delete(name):
             return _error(404, f"no scope named {name!r}")
-        proxy = {"proxy": request.match_info["proxy"]} if "proxy" in request.match_info else {}
+        proxy: ProxyMark = {"proxy": request.match_info["proxy"]} if "proxy" in request.match_info else {}
         self.engine.log.control(change="scope deleted", scope=name, **proxy)
         return web.Response(status=204)
 
@@ -460,7 +466,7 @@ class ControlServer:
         return _json({"status": "ok"})
 
     async def _version(self, _: web.Request) -> web.Response:
-        return _json({"version": __version__, "run_id": self.engine.log.run_id, "seed": self.engine.seed})
+        return _json({"version": __version__, Key.RUN_ID: self.engine.log.run_id, Key.SEED: self.engine.seed})
 
     async def _console(self, _: web.Request) -> web.Response:
         """The console page, with this process's console token and a fresh script nonce filled in."""
@@ -479,7 +485,7 @@ class ControlServer:
                   "matched": counts.get(rule.name, (0, 0))[0], "fired": counts.get(rule.name, (0, 0))[1]}
                  for rule in self.engine.scenario.rules]
         registry = self.metrics.registry
-        return _json({"version": __version__, "run_id": self.engine.log.run_id, "seed": self.engine.seed,
+        return _json({"version": __version__, Key.RUN_ID: self.engine.log.run_id, Key.SEED: self.engine.seed,
                       "calls": _total(self.metrics.calls), "faults": _total(self.metrics.faults),
                       "active_sessions": registry.get_sample_value("chaosproxy_active_sessions") or 0,
                       "rules": rules})
@@ -573,8 +579,8 @@ def _hostname(host_header: str) -> str:
 def _line(ts: float, fields: dict[str, Any]) -> bytes:
     """One /events line: the time it was logged, then the log line's fields."""
     stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
-    rest = {key: value for key, value in fields.items() if key != "event"}
-    return _ndjson({"ts": stamp, "event": fields.get("event"), **rest})
+    rest = {key: value for key, value in fields.items() if key != Key.EVENT}
+    return _ndjson({Key.TS: stamp, Key.EVENT: fields.get(Key.EVENT), **rest})
 
 
 def _ndjson(fields: dict[str, Any]) -> bytes:

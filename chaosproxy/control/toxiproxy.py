@@ -28,7 +28,14 @@ import orjson
 from aiohttp import web
 
 from chaosproxy import __version__
-from chaosproxy.control.api import ControlConfigError, ControlServer, is_loopback, read_json, serve_control
+from chaosproxy.control.api import (
+    ControlConfigError,
+    ControlServer,
+    is_loopback,
+    listen,
+    read_json,
+    serve_control,
+)
 from chaosproxy.control.proxies import ManagedProxy, ProxyError, ProxyRegistry
 from chaosproxy.control.toxics import STREAMS, Toxic, ToxicError, changed, new_toxic
 from chaosproxy.engine.core import Engine
@@ -67,14 +74,7 @@ class ToxiproxyApi:
         app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", self._delete_toxic)
         app.router.add_get("/version", self._version)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        try:
-            await site.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return await listen(self._runner, host, port, self.stop)
 
     async def stop(self) -> None:
         if self._runner is not None:
