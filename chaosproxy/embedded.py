@@ -24,6 +24,7 @@ from chaosproxy.control.api import start_control
 from chaosproxy.control.runtime import open_engine
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import Scenario, parse_scenario
+from chaosproxy.telemetry.log_schema import Key
 
 HOST = "127.0.0.1"
 
@@ -143,7 +144,7 @@ class EmbeddedProxy(ProxyView):
             raise ValueError("the log goes to stderr: give log_path to read it back")
         self.engine.log.flush()  # call lines are flushed in batches
         lines = (json.loads(line) for line in self.log_path.read_text().splitlines() if line)
-        return [line for line in lines if event is None or line["event"] == event]
+        return [line for line in lines if event is None or line[Key.EVENT] == event]
 
     def __enter__(self) -> Self:
         return self.start()

@@ -13,15 +13,15 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chaosproxy.telemetry.log_schema import Event
+from chaosproxy.telemetry.log_schema import Event, Key
 
 JOURNAL_SIZE = 10_000  # lines kept (the oldest go first); each is a dict of a few hundred bytes
 MAX_ANSWER = 10_000  # lines in one answer
 EVENTS = (Event.CALL, Event.FAULT)
-# query parameter -> the line's field it filters on (equality), beside event, rule, since and limit; `fault`
-# is a fault line's fault type (a call line names the rules whose faults hit it: `rule` finds those too)
-FILTERS = {"scope": "scope", "proxy": "proxy", "tool": "tool", "fault": "fault", "method": "method",
-           "session": "session", "path": "path"}
+# the query parameters that keep the lines whose field of the same name equals them, beside event, rule,
+# since and limit; `fault` is a fault line's fault type (a call line names the rules whose faults hit it:
+# `rule` finds those too)
+FILTERS = (Key.SCOPE, Key.PROXY, Key.TOOL, Key.FAULT, Key.METHOD, Key.SESSION, Key.PATH)
 
 
 class JournalQueryError(ValueError):
@@ -37,7 +37,7 @@ class Journal:
 
     def record(self, fields: dict[str, Any]) -> None:
         """The listener: copies the line (the log reuses its dict) with its number."""
-        if fields.get("event") in EVENTS:
+        if fields.get(Key.EVENT) in EVENTS:
             self.lines.append({"seq": next(self._seq), **fields})
 
     def query(self, params: Mapping[str, str]) -> dict[str, Any]:
@@ -56,14 +56,14 @@ class Journal:
 
 def _filters(params: Mapping[str, str]) -> list[Callable[[dict[str, Any]], bool]]:
     checks: list[Callable[[dict[str, Any]], bool]] = []
-    event = params.get("event")
+    event = params.get(Key.EVENT)
     if event is not None:
         if event not in EVENTS:
             raise JournalQueryError(f"event is one of {', '.join(EVENTS)}, got {event[:40]!r}")
-        checks.append(lambda line: line.get("event") == event)
-    checks += [_equals(key, value) for param, key in FILTERS.items() if (value := params.get(param)) is not None]
-    if (rule := params.get("rule")) is not None:  # a fault line of that rule, or a call the rule's fault hit
-        checks.append(lambda line: line.get("rule") == rule or rule in (line.get("faults") or ()))
+        checks.append(lambda line: line.get(Key.EVENT) == event)
+    checks += [_equals(key, value) for key in FILTERS if (value := params.get(key)) is not None]
+    if (rule := params.get(Key.RULE)) is not None:  # a fault line of that rule, or a call the rule's fault hit
+        checks.append(lambda line: line.get(Key.RULE) == rule or rule in (line.get(Key.FAULTS) or ()))
     return checks
 
 

@@ -17,6 +17,7 @@ from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import Scenario, keep_routes
 from chaosproxy.telemetry.log import MarkedLog
+from chaosproxy.telemetry.log_schema import Marks
 
 MAX_SCOPES = 1000  # on one listener at once: each holds an engine and an upstream pool
 # What a scope may be called: it reaches the log and the control API's paths, and is looked up by the
@@ -38,7 +39,7 @@ def check_scope_name(name: str) -> str:
 class Scopes:
     """The scopes of one listener (its HttpProxy), each an engine beside the listener's own."""
 
-    def __init__(self, engine: Engine, proxy: HttpProxy, marks: dict[str, str] | None = None) -> None:
+    def __init__(self, engine: Engine, proxy: HttpProxy, marks: Marks | None = None) -> None:
         """`engine`: the listener's own (its seed, log, session limits and routes are the scopes' too);
         `marks`: what the listener's own lines are marked with (a proxy made on demand: its name)."""
         self.engine = engine

@@ -11,6 +11,7 @@ from chaosproxy.control.proxies import ProxyError, ProxyRegistry
 from chaosproxy.control.scopes import Scopes
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import Scenario
+from chaosproxy.telemetry.log_schema import Marks
 
 
 class TargetError(LookupError):
@@ -28,7 +29,7 @@ class Target:
     engine: Engine  # whose seed and routes a new scenario is held against (a new scope's: its listener's)
     current: Callable[[], Scenario]  # what GET shows and PATCH changes
     put: Callable[[Scenario], object]  # puts a scenario in force (ScopeError, ProxyError when it cannot)
-    marks: dict[str, str]  # for the control lines of the log: {"proxy": P, "scope": S}, {} for the run's
+    marks: Marks  # for the control lines of the log: {"proxy": P, "scope": S}, {} for the run's
 
     def reset(self) -> None:
         """Forget its gate counters and session state."""
@@ -39,7 +40,7 @@ def find_target(match: Mapping[str, str], engine: Engine, scopes: Scopes | None,
                 create: bool = False) -> Target:
     """The target a request's path names (`match`: its `proxy` and `scope`), the run's by default;
     `create`: a scope that does not exist yet is made by `put` (PUT /scopes/NAME/scenario)."""
-    marks: dict[str, str] = {}
+    marks: Marks = {}
     if (name := match.get("proxy")) is not None:
         try:
             managed = proxies.get(name)

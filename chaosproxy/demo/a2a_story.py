@@ -25,6 +25,7 @@ from chaosproxy.demo import a2a_agent
 from chaosproxy.demo.agents import Outcomes, say
 from chaosproxy.demo.story import _html_report, _summary
 from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.telemetry.log_schema import Event, Key
 
 ACT = "A2A delegation"
 CITIES = ("Paris", "Tokyo", "Lima", "Paris", "Tokyo")
@@ -54,9 +55,9 @@ async def _demo(engine: Any) -> tuple[Outcomes, collections.Counter[tuple[str, s
     fired: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def show_fault(event: dict[str, Any]) -> None:
-        if event["event"] == "fault":
-            fired[event["component"], event["fault"]] += 1
-            print(f"      \u26a1 {event['rule']}: {event['fault']} ({event['component']})", flush=True)
+        if event[Key.EVENT] == Event.FAULT:
+            fired[event[Key.COMPONENT], event[Key.FAULT]] += 1
+            print(f"      \u26a1 {event[Key.RULE]}: {event[Key.FAULT]} ({event[Key.COMPONENT]})", flush=True)
 
     unsubscribe = engine.log.subscribe(show_fault)
     try:

@@ -21,7 +21,7 @@ from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control.runtime import open_engine, run_async
 from chaosproxy.demo import agents, llm_server, mcp_lite, tool_server
 from chaosproxy.engine.scenario import parse_scenario
-from chaosproxy.telemetry.log_schema import Event
+from chaosproxy.telemetry.log_schema import Event, Key
 
 ACTS = ("REST tool API", "MCP server", "model API")
 
@@ -53,10 +53,10 @@ async def _demo(engine: Any) -> tuple[dict[str, collections.Counter[str]], colle
     fired: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def show_fault(event: dict[str, Any]) -> None:
-        if event["event"] == Event.FAULT:
-            fired[event["component"], event["fault"]] += 1
-            where = event.get("tool") or event.get("api") or f"{event['http_method']} {event['path']}"
-            print(f"      \u26a1 {event['rule']}: {event['fault']} ({event['component']}) on {where}", flush=True)
+        if event[Key.EVENT] == Event.FAULT:
+            fired[event[Key.COMPONENT], event[Key.FAULT]] += 1
+            where = event.get(Key.TOOL) or event.get(Key.API) or f"{event[Key.HTTP_METHOD]} {event[Key.PATH]}"
+            print(f"      \u26a1 {event[Key.RULE]}: {event[Key.FAULT]} ({event[Key.COMPONENT]}) on {where}", flush=True)
 
     unsubscribe = engine.log.subscribe(show_fault)
     outcomes: dict[str, collections.Counter[str]] = {}

@@ -28,7 +28,7 @@ from chaosproxy.drill.config import DrillConfig, shown_upstream
 from chaosproxy.drill.launcher import LaunchedProcess, Launcher, die_with_parent
 from chaosproxy.drill.plan import RunSpec
 from chaosproxy.records.logfile import read_events
-from chaosproxy.telemetry.log_schema import Event
+from chaosproxy.telemetry.log_schema import Event, Key
 from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 
 PROXY_START_S = 20.0  # how long a proxy may take to start listening
@@ -258,9 +258,9 @@ class Run:
         faults: collections.Counter[str] = collections.Counter()
         components: collections.Counter[str] = collections.Counter()
         for event in read_events(log):
-            if event.get("event") == Event.FAULT:
-                faults[event.get("fault", "?")] += 1
-                components[event.get("component", "?")] += 1
+            if event.get(Key.EVENT) == Event.FAULT:
+                faults[event.get(Key.FAULT, "?")] += 1
+                components[event.get(Key.COMPONENT, "?")] += 1
         result.faults, result.components = dict(sorted(faults.items())), dict(sorted(components.items()))
 
     def _write_run_file(self, result: RunResult | None) -> None:

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
@@ -29,6 +29,7 @@ from chaosproxy.faults import Fault, FaultContext, Level
 from chaosproxy.faults._effects import call_effect
 from chaosproxy.protocols.mcp import call_result, error_reply, listed_tools, result_reply
 from chaosproxy.telemetry.log import PerturbationLog, digest, ops
+from chaosproxy.telemetry.log_schema import DigestFields, FaultFields, ModelCallFields, RoutedFields
 from chaosproxy.telemetry.tracing import NO_TRACING, Tracing
 
 
@@ -466,11 +467,10 @@ class Engine:
         return Fired(rule, rule.fault, action)
 
     def _log_skip(self, rule: Rule, msg: Message, reason: str) -> None:
-        llm = {"api": msg.api, "model": msg.model, "turn": msg.turn} if msg.api is not None else {}
         self.log.skip(rule=rule.name, fault=rule.fault.type, transport=msg.transport, session=msg.session,
-                      method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=reason, **llm)
+                      method=msg.method, tool=msg.tool, rpc_id=msg.rpc_id, reason=reason, **_model_call(msg))
 
-    def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **extra: Any) -> None:
+    def _log_fault(self, rule: Rule, msg: Message, action: Action, index: int, **routed: Unpack[RoutedFields]) -> None:
         fault = rule.fault
         # the action's own fields, not a deep copy of them (a rewritten tools array can be large)
         effect = {f.name: value for f in dataclasses.fields(action)
@@ -479,19 +479,13 @@ class Engine:
             effect["error"] = action.message["error"]
         if isinstance(action, Rewrite | Respond | Garble):
             effect |= action.effect  # what the fault says it did
-        if msg.api is not None:
-            extra.update(api=msg.api, model=msg.model, turn=msg.turn)
-        perturbed = _payload(action)
-        if perturbed is not None:
-            extra["perturbed_digest"] = digest(perturbed)
-            if msg.body is not None:
-                extra["original_digest"] = digest(msg.body)
-        fields = dict(
+        fields = FaultFields(
             rule=rule.name, fault=fault.type, component=fault.component, level=fault.level_on(msg),
             phase=msg.phase, transport=msg.transport, session=msg.session, route=msg.route,
             http_method=msg.http_method, path=msg.path, method=msg.method, tool=msg.tool,
             rpc_id=msg.rpc_id, match_index=index, params=fault.params(),
-            action=type(action).__name__.lower(), effect=effect, **extra,
+            action=type(action).__name__.lower(), effect=effect, **routed, **_model_call(msg),
+            **_digests(action, msg),
         )
         self.tallies[rule.name].fired += 1
         self.log.fault(**fields)
@@ -551,6 +545,21 @@ def _view_name(msg: Message) -> str:
 
 def _view_of(transport: str, route: str | None) -> str:
     return f"{transport} {route or ''}"
+
+
+def _model_call(msg: Message) -> ModelCallFields:
+    """A model-API message's api, model and turn, for its log lines (nothing for any other message)."""
+    return ModelCallFields(api=msg.api, model=msg.model, turn=msg.turn) if msg.api is not None else ModelCallFields()
+
+
+def _digests(action: Action, msg: Message) -> DigestFields:
+    """Digests of what a fault made and of the payload it changed, so a log says whether two were the same."""
+    perturbed = _payload(action)
+    if perturbed is None:
+        return DigestFields()
+    if msg.body is None:
+        return DigestFields(perturbed_digest=digest(perturbed))
+    return DigestFields(perturbed_digest=digest(perturbed), original_digest=digest(msg.body))
 
 
 def _payload(action: Action) -> bytes | None:

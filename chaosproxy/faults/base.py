@@ -79,10 +79,6 @@ class Fault(BaseModel):
     # never match its rule, so they do not use up its gates (`after: 2` is not spent on initialize).
     methods: ClassVar[frozenset[str] | None] = None
 
-    @property
-    def phase(self) -> Phase:
-        return self.acts_on
-
     def level_on(self, msg: Message) -> Level:
         """The level the fault worked at on `msg`, for its log line: its `level`, unless it acts on
         more than one surface (a task-state fault on MCP's Tasks or on A2A's tasks)."""

@@ -28,6 +28,7 @@ from chaosproxy.control.runtime import open_engine
 from chaosproxy.drill.plan import CLEAN_SCENARIO, derive_seed
 from chaosproxy.drill.runner import PROXY_ENVIRONMENT
 from chaosproxy.harness.plan import Draw
+from chaosproxy.telemetry.log_schema import Event, Key
 
 HOST = "127.0.0.1"
 STORE_KEY = "chaosproxy"  # the sample's store entry, and the score metadata's key
@@ -82,8 +83,8 @@ class SampleChaos:
         """The fault lines logged since the last call ended that belong to a call of `tool`: those naming
         it, and those naming no tool (a fault on the HTTP exchange, the session, the handshake). Lines
         naming another tool wait for that tool's call (parallel calls)."""
-        self._unclaimed += [line for line in self._new_lines() if line.get("event") == "fault"]
-        mine = [line for line in self._unclaimed if line.get("tool") in (None, tool)]
+        self._unclaimed += [line for line in self._new_lines() if line.get(Key.EVENT) == Event.FAULT]
+        mine = [line for line in self._unclaimed if line.get(Key.TOOL) in (None, tool)]
         self._unclaimed = [line for line in self._unclaimed if line.get("tool") not in (None, tool)]
         return mine
 
@@ -106,12 +107,12 @@ class SampleChaos:
             own = [orjson.loads(line) for line in self.log_path.read_bytes().splitlines() if line.strip()]
         except FileNotFoundError:
             own = []
-        return sorted([*own, *self.gateway_lines], key=lambda line: str(line.get("ts", "")))
+        return sorted([*own, *self.gateway_lines], key=lambda line: str(line.get(Key.TS, "")))
 
     def record(self) -> dict[str, Any]:
         """What the sample's store keeps: the draw, what fired (by type and component), and the log."""
         lines = self.lines()
-        faults = [line for line in lines if line.get("event") == "fault"]
+        faults = [line for line in lines if line.get(Key.EVENT) == Event.FAULT]
         return {"version": __version__, "agent": self.agent, "kind": self.draw.kind, "label": self.draw.label,
                 "seed": self.draw.seed, "tools": self.faults_tools, "model": self.faults_model,
                 "scenario": self.draw.scenario_text,

@@ -21,7 +21,7 @@ from typing import Any, cast
 import orjson
 
 from chaosproxy.protocols import a2a
-from chaosproxy.telemetry.log_schema import INCOMPLETE, CallLine, Event, FaultLine, Line, Outcome
+from chaosproxy.telemetry.log_schema import INCOMPLETE, CallLine, Event, FaultLine, Key, Line, Outcome
 
 # Actions that keep the real answer from the agent: it gets an error, a fake, a broken frame or nothing.
 # (A content fault's new body, `garble` at level content, is a perturbed answer, not a withheld one.)
@@ -50,7 +50,7 @@ def read_events(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def _time(event: Line) -> float:
-    return datetime.fromisoformat(event["ts"]).timestamp()
+    return datetime.fromisoformat(event[Key.TS]).timestamp()
 
 
 @dataclass(slots=True)
@@ -71,10 +71,10 @@ class Fault:
 
     @classmethod
     def from_event(cls, event: FaultLine) -> Fault:
-        return cls(_time(event), event.get("rule", "?"), event.get("fault", "?"), event.get("component", "?"),
-                   event.get("level"), event.get("phase"), event.get("action"), event.get("tool"),
-                   event.get("rpc_id"), event.get("params") or {}, event.get("effect") or {},
-                   event.get("http_method"), event.get("path"))
+        return cls(_time(event), event.get(Key.RULE, "?"), event.get(Key.FAULT, "?"),
+                   event.get(Key.COMPONENT, "?"), event.get(Key.LEVEL), event.get(Key.PHASE), event.get(Key.ACTION),
+                   event.get(Key.TOOL), event.get(Key.RPC_ID), event.get(Key.PARAMS) or {},
+                   event.get(Key.EFFECT) or {}, event.get(Key.HTTP_METHOD), event.get(Key.PATH))
 
     @property
     def disruptive(self) -> bool:
@@ -111,10 +111,10 @@ class Call:
 
     @classmethod
     def from_event(cls, event: CallLine) -> Call:
-        return cls(_time(event), float(event.get("duration_ms") or 0), event.get("method"), event.get("tool"),
-                   event.get("rpc_id"), event.get("http_method"), event.get("path"), event.get("status"),
-                   event.get("outcome", "ok"), list(event.get("faults") or []), event.get("api"), event.get("model"),
-                   event.get("turn"), event.get("route"))
+        return cls(_time(event), float(event.get(Key.DURATION_MS) or 0), event.get(Key.METHOD),
+                   event.get(Key.TOOL), event.get(Key.RPC_ID), event.get(Key.HTTP_METHOD), event.get(Key.PATH),
+                   event.get(Key.STATUS), event.get(Key.OUTCOME, Outcome.OK), list(event.get(Key.FAULTS) or []),
+                   event.get(Key.API), event.get(Key.MODEL), event.get(Key.TURN), event.get(Key.ROUTE))
 
     @property
     def start(self) -> float:
@@ -205,13 +205,13 @@ def read_sessions(path: str | Path) -> list[Session]:
     sessions: dict[tuple[str, str], Session] = {}
     pending: dict[tuple[str, str], list[Fault]] = {}
     for event in read_events(path):
-        kind = event.get("event")
+        kind = event.get(Key.EVENT)
         if kind not in (Event.FAULT, Event.CALL):
             continue
-        key = (str(event.get("run_id")), str(event.get("session")))
+        key = (str(event.get(Key.RUN_ID)), str(event.get(Key.SESSION)))
         session = sessions.get(key)
         if session is None:
-            session = sessions[key] = Session(key[0], event.get("seed"), key[1], event.get("transport"))
+            session = sessions[key] = Session(key[0], event.get(Key.SEED), key[1], event.get(Key.TRANSPORT))
         waiting = pending.setdefault(key, [])
         if kind == Event.FAULT:
             waiting.append(Fault.from_event(cast(FaultLine, event)))

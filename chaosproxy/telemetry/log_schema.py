@@ -10,13 +10,19 @@ not here is not written; a key marked NotRequired is left out when it does not a
 `method`, `tool` and `rpc_id`; a model-API call `api`, `model` and `turn`). Readers should ignore keys
 they do not know: a later schema version may add keys, and changes `schema` when it renames or drops one.
 
+Writers pass a line's fields as keyword arguments (PerturbationLog.fault(**fields) takes a FaultFields),
+so mypy checks each write site's keys and values; a call line, written per request, is made here
+(`call_line`). Readers take the keys from `Key`, so that no other module spells a call line's key: a
+test greps the package for them.
+
 Named `log_schema` rather than `schema`: faults/_schema (a tool's output schema) and
 engine/editor_schema (the scenario's JSON Schema) are other schemas.
 """
 
 # (no `from __future__ import annotations`: TypedDict reads NotRequired from the annotations at runtime)
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 SCHEMA_VERSION = 1  # the run line's `schema`: raised when a key is renamed or dropped, or changes meaning
 
@@ -69,6 +75,50 @@ class StreamEnd(StrEnum):
     CUT = "cut"  # a clean end after the events kept (CutStream)
 
 
+class Key:
+    """The keys of the log's lines, by name, for readers (and writers that set a key alone): each is
+    spelled here only, and mypy checks a use of one against the line's TypedDict."""
+
+    # every line's
+    TS: Final = "ts"
+    EVENT: Final = "event"
+    RUN_ID: Final = "run_id"
+    SEED: Final = "seed"
+    PROXY: Final = "proxy"
+    SCOPE: Final = "scope"
+    # a call line's (and, where they mean the same, other lines')
+    TRANSPORT: Final = "transport"
+    SESSION: Final = "session"
+    ROUTE: Final = "route"
+    HTTP_METHOD: Final = "http_method"
+    PATH: Final = "path"
+    STATUS: Final = "status"
+    OUTCOME: Final = "outcome"
+    BYTES_OUT: Final = "bytes_out"
+    DURATION_MS: Final = "duration_ms"
+    FAULTS: Final = "faults"
+    METHOD: Final = "method"
+    TOOL: Final = "tool"
+    RPC_ID: Final = "rpc_id"
+    API: Final = "api"
+    MODEL: Final = "model"
+    TURN: Final = "turn"
+    # fault, skip, error, session and control lines'
+    RULE: Final = "rule"
+    FAULT: Final = "fault"
+    COMPONENT: Final = "component"
+    LEVEL: Final = "level"
+    PHASE: Final = "phase"
+    PARAMS: Final = "params"
+    ACTION: Final = "action"
+    EFFECT: Final = "effect"
+    ROUTED_TO: Final = "routed_to"
+    REASON: Final = "reason"
+    ERROR: Final = "error"
+    CHANGE: Final = "change"
+    COUNT: Final = "count"
+
+
 class Line(TypedDict):
     """What every line carries."""
 
@@ -80,14 +130,35 @@ class Line(TypedDict):
     scope: NotRequired[str]  # a scope of a listener wrote it
 
 
-class RunLine(Line):
-    schema: int  # SCHEMA_VERSION
+class ProxyMark(TypedDict, total=False):
+    proxy: str
+
+
+class Marks(ProxyMark, total=False):
+    """What the lines of a proxy made on demand, or of a scope of a listener, are marked with."""
+
+    scope: str
+
+
+class ModelCallFields(TypedDict, total=False):
+    """A model-API message's: every line about one names its API, model and turn."""
+
+    api: str
+    model: str | None
+    turn: int | None
+
+
+class RunFields(TypedDict):
     version: str  # chaosproxy's
     scenario: str | None  # its file (None: no scenario file)
     rules: list[str]
 
 
-class CallLine(Line):
+class RunLine(Line, RunFields):
+    schema: int  # SCHEMA_VERSION
+
+
+class CallFields(TypedDict):
     """One call. Over HTTP every key but those of MCP or a model API; over stdio no HTTP key."""
 
     transport: str
@@ -108,7 +179,46 @@ class CallLine(Line):
     turn: NotRequired[int | None]
 
 
-class FaultLine(Line):
+class CallLine(Line, CallFields):
+    pass
+
+
+_CALL = Event.CALL  # a global costs a third of the enum's attribute on the hot path
+
+
+def call_line(ts: str, run_id: str, seed: int, transport: str, session: str, route: str | None,
+              http_method: str | None, path: str | None, status: int | None, outcome: str, bytes_out: int,
+              duration_ms: float, faults: list[str] | tuple[str, ...], rpc: tuple[str | None, str | None, Any] | None,
+              model_call: tuple[str, str | None, int | None] | None) -> CallLine:
+    """The line of a call over HTTP, made from its values (one dict display: this runs per request).
+    `rpc` is a JSON-RPC call's method, tool and id; `model_call` a model-API call's api, model and turn."""
+    line: CallLine = {
+        "ts": ts, "event": _CALL, "run_id": run_id, "seed": seed, "transport": transport, "session": session,
+        "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
+        "bytes_out": bytes_out, "duration_ms": duration_ms, "faults": faults}
+    if rpc is not None:
+        line["method"], line["tool"], line["rpc_id"] = rpc
+    elif model_call is not None:
+        line["api"], line["model"], line["turn"] = model_call
+    return line
+
+
+def line_of(event: str, ts: str, run_id: str, seed: int, fields: Mapping[str, object]) -> dict[str, Any]:
+    """A line of kind `event`: the keys every line has, then `fields` (a writer's *Fields, checked where
+    it was written)."""
+    return {"ts": ts, "event": event, "run_id": run_id, "seed": seed, **fields}
+
+
+class RoutedFields(TypedDict, total=False):
+    routed_to: str | None  # a call routed back to the tool it was renamed from (None: its arguments only)
+
+
+class DigestFields(TypedDict, total=False):
+    perturbed_digest: str  # of what the fault made (a Rewrite's message, a Respond's body, ...)
+    original_digest: str  # of the payload it changed
+
+
+class FaultFields(RoutedFields, ModelCallFields, DigestFields):
     rule: str
     fault: str  # its type
     component: str
@@ -126,15 +236,13 @@ class FaultLine(Line):
     params: dict[str, Any]
     action: str  # the action's class name, lower-case
     effect: dict[str, Any]  # what it changed: small and bounded, never the payload
-    routed_to: NotRequired[str]  # a call routed back to the tool it was renamed from
-    perturbed_digest: NotRequired[str]
-    original_digest: NotRequired[str]
-    api: NotRequired[str]
-    model: NotRequired[str | None]
-    turn: NotRequired[int | None]
 
 
-class SkipLine(Line):
+class FaultLine(Line, FaultFields):
+    pass
+
+
+class SkipFields(TypedDict):
     rule: str | None  # None: the adapter or relay passed the payload undecided
     reason: str
     fault: NotRequired[str]
@@ -151,7 +259,11 @@ class SkipLine(Line):
     turn: NotRequired[int | None]
 
 
-class ErrorLine(Line):
+class SkipLine(Line, SkipFields):
+    pass
+
+
+class ErrorFields(TypedDict):
     error: str
     rule: NotRequired[str | None]
     fault: NotRequired[str]
@@ -163,14 +275,22 @@ class ErrorLine(Line):
     turn: NotRequired[int | None]
 
 
-class SessionLine(Line):
+class ErrorLine(Line, ErrorFields):
+    pass
+
+
+class SessionFields(TypedDict):
     session: NotRequired[str]  # none in a summary (`count`)
     change: str  # dropped or restarted
     reason: str  # ended, idle or evicted
     count: NotRequired[int]  # sessions dropped idle or evicted since the last summary (--session-lines summary)
 
 
-class ControlLine(Line):
+class SessionLine(Line, SessionFields):
+    pass
+
+
+class ControlFields(TypedDict):
     change: str  # scenario, rule, reset, reload, proxy created/deleted, scope deleted, toxic added/updated/...
     rules: NotRequired[list[str]]  # the rules in force after it
     rule: NotRequired[str]
@@ -183,6 +303,12 @@ class ControlLine(Line):
     stream: NotRequired[str]
     toxicity: NotRequired[float]
     attributes: NotRequired[dict[str, Any]]
+    proxy: NotRequired[str]  # the proxy (made on demand) or scope it was made in, or that it made or deleted
+    scope: NotRequired[str]
+
+
+class ControlLine(Line, ControlFields):
+    pass
 
 
 class DroppedLine(TypedDict):

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from chaosproxy.telemetry.log_schema import Event
+from chaosproxy.telemetry.log_schema import Event, Key
 
 # From sub-millisecond passthrough to the multi-second hangs and timeouts that faults ask for.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -33,14 +33,14 @@ class LogMetrics:
         """`refused`: the agents' connections the proxy's listeners refused or closed, by reason."""
         self.registry = CollectorRegistry()
         self.faults = Counter("chaosproxy_faults", "Faults fired, by fault type, POMDP component and rule",
-                              ["fault", "component", "rule"], registry=self.registry)
+                              [Key.FAULT, Key.COMPONENT, Key.RULE], registry=self.registry)
         self.calls = Counter("chaosproxy_calls", "Calls relayed (or answered by a fault), by outcome",
-                             ["transport", "status", "outcome"], registry=self.registry)
+                             [Key.TRANSPORT, Key.STATUS, Key.OUTCOME], registry=self.registry)
         self.latency = Histogram("chaosproxy_call_duration_seconds",
-                                 "Time from request to the end of the reply", ["transport"],
+                                 "Time from request to the end of the reply", [Key.TRANSPORT],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.errors = Counter("chaosproxy_fault_errors", "Faults that raised (the message passed through)",
-                              ["fault", "rule"], registry=self.registry)
+                              [Key.FAULT, Key.RULE], registry=self.registry)
         active = Gauge("chaosproxy_active_sessions", "Sessions the proxy holds state for (see --session-ttl)",
                        registry=self.registry)
         active.set_function(sessions)
@@ -49,20 +49,20 @@ class LogMetrics:
 
     def observe(self, fields: dict[str, Any]) -> None:
         """A log listener: count one line."""
-        match fields.get("event"):
+        match fields.get(Key.EVENT):
             case Event.FAULT:
-                labels = (str(fields.get("fault")), str(fields.get("component")), str(fields.get("rule")))
+                labels = (str(fields.get(Key.FAULT)), str(fields.get(Key.COMPONENT)), str(fields.get(Key.RULE)))
                 self.faults.labels(*labels).inc()
                 self._series.setdefault(labels[2], set()).add(labels)
             case Event.CALL:
-                transport = fields.get("transport") or ""
-                status = fields.get("status")
+                transport = fields.get(Key.TRANSPORT) or ""
+                status = fields.get(Key.STATUS)
                 status_label = "" if status is None else str(status)
-                self.calls.labels(transport, status_label, fields.get("outcome")).inc()
-                if (duration_ms := fields.get("duration_ms")) is not None:
+                self.calls.labels(transport, status_label, fields.get(Key.OUTCOME)).inc()
+                if (duration_ms := fields.get(Key.DURATION_MS)) is not None:
                     self.latency.labels(transport).observe(duration_ms / 1000)
             case Event.ERROR:
-                error_labels = (str(fields.get("fault")), str(fields.get("rule")))
+                error_labels = (str(fields.get(Key.FAULT)), str(fields.get(Key.RULE)))
                 self.errors.labels(*error_labels).inc()
                 self._series.setdefault(error_labels[1], set()).add(error_labels)
             case Event.CONTROL if isinstance(rules := fields.get("rules"), list):

@@ -17,13 +17,14 @@ from chaosproxy.adapters.http.heads import session_and_path
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, parse_rpc, rpc_call
 from chaosproxy.protocols.llm import api_for_path
-from chaosproxy.telemetry.log_schema import CallLine, Event, Outcome
+from chaosproxy.telemetry import log_schema
+from chaosproxy.telemetry.log_schema import CallLine, Outcome
 
 if TYPE_CHECKING:
     from chaosproxy.adapters.http.route import Route
 
 
-_CALL, _OK = Event.CALL, Outcome.OK  # globals: a third of an enum attribute's cost, once a request
+_OK = Outcome.OK  # a global: a third of an enum attribute's cost, once a request
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the mitm adapter's flows are exchanges too
@@ -112,24 +113,15 @@ DEFERRED_BODY = 64 << 10  # a request body up to this size is kept until the cal
 
 
 def call_line(ts: str, run_id: str, seed: int, record: CallRecord) -> CallLine:
-    """The `event: call` line of a record (log_schema.CallLine: its keys are checked there)."""
+    """The `event: call` line of a record (made by log_schema, where its keys are)."""
     (transport, session, route, http_method, path, status, outcome, bytes_out, duration_s, faults, called,
      model_call) = record
-    line: CallLine = {
-        "ts": ts, "event": _CALL, "run_id": run_id, "seed": seed, "transport": transport, "session": session,
-        "route": route, "http_method": http_method, "path": path, "status": status, "outcome": outcome,
-        "bytes_out": bytes_out, "duration_ms": round(duration_s * 1e6) / 1000,  # round(x, 3) is slow
-        "faults": faults}
     # the request body, not parsed on the way, or its JSON-RPC fields
     rpc = rpc_call(parse_rpc(called)) if isinstance(called, bytes) else called
-    if rpc is not None:
-        line["method"], line["tool"], line["rpc_id"] = rpc
-    elif model_call is not None:
-        line["api"], line["model"], line["turn"] = model_call
-    elif http_method == "POST" and path and (api := api_for_path(path)):
-        # a model-API call (named even when no rule acted and the body was never parsed)
-        line["api"], line["model"], line["turn"] = api, None, None
-    return line
+    if rpc is None and model_call is None and http_method == "POST" and path and (api := api_for_path(path)):
+        model_call = api, None, None  # a model-API call (named even when no rule acted and the body was never parsed)
+    return log_schema.call_line(ts, run_id, seed, transport, session, route, http_method, path, status, outcome,
+                                bytes_out, round(duration_s * 1e6) / 1000, faults, rpc, model_call)  # round(x, 3): slow
 
 
 def plain_call_line(ts: str, run_id: str, seed: int, record: tuple[Any, ...]) -> CallLine:
