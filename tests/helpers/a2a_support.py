@@ -91,8 +91,10 @@ class RemoteAgent:
     webhook: Webhook
 
 
-async def _serve(port: int, webhook_port: int) -> tuple[dict[uvicorn.Server, asyncio.Task[None]], Webhook]:
-    base = f"http://127.0.0.1:{port}"
+async def _serve(port: int, webhook_port: int,
+                 base: str | None = None) -> tuple[dict[uvicorn.Server, asyncio.Task[None]], Webhook]:
+    """The remote agent on `port`, its cards naming `base` (default: itself) as where to call it."""
+    base = base or f"http://127.0.0.1:{port}"
     store = InMemoryPushNotificationConfigStore()
     sender = BasePushNotificationSender(httpx.AsyncClient(), store, push_url_validator=_any_url)
     handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), _card(base, "1.0"), push_config_store=store,
