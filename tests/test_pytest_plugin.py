@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import pytest
+
+from tests.helpers.support import http_status as status
 
 pytest_plugins = ["pytester"]
 
 DOWN = {"match": {"path": "/api/*"}, "fault": {"type": "http_error", "status": 503}}
 
 
-def status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
 
 
 @pytest.fixture

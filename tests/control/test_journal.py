@@ -7,7 +7,7 @@ import pytest
 from chaosproxy.client import ControlError
 from chaosproxy.control.journal import Journal, JournalQueryError
 from chaosproxy.embedded import EmbeddedProxy
-from tests.test_pytest_plugin import status
+from tests.helpers.support import http_status as status
 
 pytest_plugins = ["pytester"]
 

@@ -8,24 +8,17 @@ import gc
 import http.client
 import json
 import os
-import urllib.error
 import urllib.request
 
 import pytest
 
 from chaosproxy.client import ControlError
 from chaosproxy.embedded import EmbeddedProxy
+from tests.helpers.support import http_status as status
 
 TEAPOT = {"rules": [{"name": "teapot", "match": {"path": "/api/*"}, "fault": {"type": "http_error", "status": 418}}]}
 
 
-def status(url: str, headers: dict[str, str] | None = None) -> int:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
 
 
 def test_a_proxy_made_on_demand_has_its_own_listener_scenario_seed_and_log(upstream: str, tmp_path):

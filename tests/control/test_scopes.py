@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,25 +22,20 @@ import pytest
 from chaosproxy.client import ControlClient, ControlError
 from chaosproxy.embedded import EmbeddedProxy, ScopedProxy
 from tests.helpers.support import free_port, wait_listening
+from tests.helpers.support import http_status as status
 
 pytest_plugins = ["pytester"]
 
 # a global counter: without scopes, one test's first call would use up the other's fault
+ROOT = Path(__file__).resolve().parents[2]
 ONCE = {"rules": [{"name": "down", "scope": "global", "first": 1, "match": {"path": "/api/weather"},
                    "fault": {"type": "http_error", "status": 503}}]}
 
 PARALLEL_TEST = textwrap.dedent("""
-    import os, time, urllib.error, urllib.request
+    import os, time
     from pathlib import Path
     import pytest
-
-    def status(url, headers):
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            error.close()
-            return error.code
+    from tests.helpers.support import http_status as status
 
     def meet(barrier: Path, me: str, other: str) -> None:
         (barrier / me).touch()
@@ -63,13 +57,6 @@ PARALLEL_TEST = textwrap.dedent("""
 """)
 
 
-def status(url: str, headers: dict[str, str] | None = None) -> int:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
 
 
 @contextlib.contextmanager
@@ -108,7 +95,7 @@ def test_two_test_processes_in_parallel_see_only_their_own_faults(running_proxy,
         runs.append(subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--chaosproxy-proxy={url}",
              f"--chaosproxy-control={control}", str(folder)],
-            cwd=folder, env={**os.environ, "BARRIER": str(barrier)}, stdout=subprocess.PIPE,
+            cwd=folder, env={**os.environ, "BARRIER": str(barrier), "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True))
     outputs = [run.communicate(timeout=90)[0] for run in runs]
     assert [run.returncode for run in runs] == [0, 0], "\n".join(outputs)
@@ -155,21 +142,14 @@ def test_the_scope_header_is_configurable(upstream: str, tmp_path: Path):
 
 
 
-def test_tests_marked_shared_share_one_proxy_each_in_its_own_scope(pytester, upstream: str):
+def test_tests_marked_shared_share_one_proxy_each_in_its_own_scope(pytester, upstream: str, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the test's own process imports the tests' helpers
     pytester.makepyfile(f"""
-        import urllib.error, urllib.request
         import pytest
+        from tests.helpers.support import http_status as status
 
         URLS = set()
         ONCE = {ONCE!r}
-
-        def status(url, headers):
-            try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
-                    return response.status
-            except urllib.error.HTTPError as error:
-                error.close()
-                return error.code
 
         @pytest.mark.parametrize("n", [1, 2])
         @pytest.mark.chaosproxy(upstream={upstream!r}, scenario=ONCE, shared=True)

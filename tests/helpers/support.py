@@ -8,6 +8,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +53,16 @@ class MakeProxy(Protocol):
 
     def __call__(self, scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
                  log_batch_s: float = 0.0, **options: Any) -> RunningProxy: ...
+
+
+def http_status(url: str, headers: dict[str, str] | None = None) -> int:
+    """The status of a GET of `url`, an error's included: a plain client, as in a user's own test."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        error.close()
+        return error.code
 
 
 def log_events(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
