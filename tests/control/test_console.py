@@ -21,7 +21,7 @@ from aiohttp import web
 
 from chaosproxy.control.api import CONSOLE_HEADER, ControlServer
 from tests.helpers.browser import Tab, open_tab
-from tests.helpers.support import RunningProxy, ServerLoop
+from tests.helpers.support import RunningProxy, ServerLoop, http_exchange
 
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/126.0 Safari/537.36"
 SCENARIO = {"rules": [
@@ -41,13 +41,7 @@ class Console:
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None,
                 body: bytes | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
+        return http_exchange(f"127.0.0.1:{self.port}", method, path, headers=headers, body=body)
 
     def rule(self, name: str) -> Any:
         return next(rule for rule in self.proxy.engine.scenario.rules if rule.name == name)

@@ -38,7 +38,7 @@ from chaosproxy.engine.sessions import AGENT_HEADER
 from chaosproxy.records.logfile import read_sessions
 from chaosproxy.telemetry.log import PerturbationLog
 from tests.helpers.llm_support import CHAT_TOOLS, PROMPT, ScriptedLlm, llm  # noqa: F401
-from tests.helpers.support import ServerLoop, call_lines, free_port, log_events, wait_listening
+from tests.helpers.support import ServerLoop, call_lines, free_port, http_exchange, log_events, wait_listening
 
 DOWN = {"type": "http_error", "status": 503}
 LOG_NUMBERS = itertools.count()  # each proxy's log file its own, however many a test starts
@@ -55,21 +55,10 @@ class Harness:
 
     def request(self, method: str, path: str, *, headers: dict[str, str] | None = None,
                 body: bytes | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection(self.url.removeprefix("http://"), timeout=10)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
+        return http_exchange(self.url.removeprefix("http://"), method, path, headers=headers, body=body)
 
     def control(self, path: str, method: str = "GET") -> bytes:
-        conn = http.client.HTTPConnection("127.0.0.1", self.control_port, timeout=10)
-        try:
-            conn.request(method, path)
-            return conn.getresponse().read()
-        finally:
-            conn.close()
+        return http_exchange(f"127.0.0.1:{self.control_port}", method, path)[1]
 
     def stats(self) -> dict[str, Any]:
         return json.loads(self.control("/stats"))

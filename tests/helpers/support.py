@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import socket
 import subprocess
@@ -53,6 +54,18 @@ class MakeProxy(Protocol):
 
     def __call__(self, scenario: str | dict[str, Any] = "rules: []", *, seed: int = 7, to: str | None = None,
                  log_batch_s: float = 0.0, **options: Any) -> RunningProxy: ...
+
+
+def http_exchange(address: str, method: str, path: str, *, headers: dict[str, str] | None = None,
+                  body: bytes | None = None) -> tuple[int, bytes]:
+    """One request to `address` (HOST:PORT) on a connection of its own: the status and the body."""
+    conn = http.client.HTTPConnection(address, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
 
 
 def http_status(url: str, headers: dict[str, str] | None = None) -> int:
