@@ -174,7 +174,7 @@ class JsonRpcRelay:
         if first is None:
             return
         if request.http_method == "GET" and streams.sse_field(first, b"event") == b"endpoint":
-            first, session = self._endpoint(first, session)
+            first, session = self.endpoint(first, session)
             yield first
             queue: asyncio.Queue[Any] = asyncio.Queue()  # bounded for upstream's events by `room`
             room = asyncio.Semaphore(LEGACY_QUEUE)
@@ -206,7 +206,7 @@ class JsonRpcRelay:
         frame = frame if new is data else b"" if new is None else streams.sse_with_data(frame, new)
         return b"".join(b"event: message\ndata: " + note + b"\n\n" for note in before) + frame
 
-    def _endpoint(self, frame: bytes, session: str) -> tuple[bytes, str]:
+    def endpoint(self, frame: bytes, session: str) -> tuple[bytes, str]:
         """Point the legacy `endpoint` event back through the proxy; learn the session it names."""
         data = (streams.sse_data(frame) or b"").decode("utf-8", "replace").strip()
         target = URL(data)

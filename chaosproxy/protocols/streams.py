@@ -1,17 +1,16 @@
-"""Async chunk-stream helpers shared by adapters: reading and decoding bodies, SSE event framing, body shaping.
+"""Async chunk-stream helpers shared by adapters: reading and decoding bodies, SSE event framing.
 
 Every helper yields chunks as soon as they are available: nothing here waits for a whole body.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 # An SSE event ends at a blank line; lines end in CRLF, LF or CR.
-_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
 async def reads(read: Callable[[], Awaitable[bytes]]) -> AsyncIterator[bytes]:
@@ -63,49 +62,6 @@ def decode_whole(data: bytes, encoding: str, limit: int) -> bytes | None:
     return plain if len(plain) <= limit and decoder.eof and not decoder.unconsumed_tail else None
 
 
-async def limit(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:
-    """The first `max_bytes` bytes of the stream."""
-    left = max_bytes
-    if left <= 0:
-        return
-    async for chunk in chunks:
-        if len(chunk) >= left:
-            yield chunk[:left]
-            return
-        left -= len(chunk)
-        yield chunk
-
-
-async def drip(chunks: AsyncIterator[bytes], size: int, delay: float) -> AsyncIterator[bytes]:
-    """Re-slice the stream into `size`-byte pieces with `delay` seconds before each but the first."""
-    first = True
-    async for chunk in chunks:
-        for start in range(0, len(chunk), size):
-            if not first:
-                await asyncio.sleep(delay)
-            first = False
-            yield chunk[start:start + size]
-
-
-async def sse_events(chunks: AsyncIterator[bytes], max_events: int) -> AsyncIterator[bytes]:
-    """The stream up to and including the end of its `max_events`-th event, unbuffered."""
-    if max_events <= 0:
-        return
-    seen = 0
-    tail = b""  # the last bytes after the last boundary: a boundary may be split across chunks
-    async for chunk in chunks:
-        data = tail + chunk
-        last_end = 0
-        for end in _EVENT_END.finditer(data):
-            seen += 1
-            last_end = end.end()
-            if seen == max_events:
-                yield data[len(tail):last_end]
-                return
-        tail = data[max(last_end, len(data) - 3):]
-        yield chunk
-
-
 class Unframed(bytes):
     """Bytes of an SSE event too large to hold (over the splitter's limit): relayed as they are, not inspected."""
 
@@ -132,7 +88,7 @@ class SseSplitter:
         pending += chunk
         events: list[bytes] = []
         start = 0
-        for end in _EVENT_END.finditer(pending, max(self._scanned - 3, 0)):
+        for end in EVENT_END.finditer(pending, max(self._scanned - 3, 0)):
             piece = bytes(pending[start:end.end()])
             events.append(Unframed(piece) if self._oversize else piece)
             self._oversize = False

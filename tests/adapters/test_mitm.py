@@ -421,6 +421,20 @@ async def test_truncate_fraction_of_a_chunked_body(make_mitm):
     assert len(body) == 4 * len(b'id: 0\nevent: tick\ndata: {"n": 0}\n\n') // 2
 
 
+async def test_truncate_fraction_of_a_stream_that_does_not_end_relays_it_whole(make_mitm):
+    """As under `chaosproxy run`: a body of unknown length is held to learn its size only for a while
+    (the same executor, adapters/shaping.Fraction); then it goes on whole, and the log says why."""
+    mitm = make_mitm(rule("cut", {"type": "truncate", "fraction": 0.5}, match={"path": "/sse"}))
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as client:
+        async with client.get(mitm.intercepted + "/sse?n=1000&interval_ms=100", proxy=mitm.proxy,
+                              ssl=mitm.mitm_ca) as response:
+            started = time.perf_counter()
+            first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 6)
+    assert first.startswith(b"id: 0\n") and time.perf_counter() - started < 6
+    [skip] = await mitm.events_soon("skip", 1)
+    assert skip["fault"] == "truncate" and "did not end" in skip["reason"]
+
+
 async def test_slow_body_drips(make_mitm):
     mitm = make_mitm(rule("drip", {"type": "slow_body", "chunk_bytes": 10, "delay_ms": 40}))
     started = time.perf_counter()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from chaosproxy.adapters.execute import OUTCOMES, act_on_request, shape_body
 from chaosproxy.adapters.h1 import (
     AS_IS_NEVER,
     IDEMPOTENT,
@@ -34,7 +35,9 @@ from chaosproxy.adapters.http.heads import (
 )
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
-from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reply, Reset, Respond, Truncate
+from chaosproxy.adapters.shaping import Stage, shaped
+from chaosproxy.adapters.shaping import ending as body_ending
+from chaosproxy.engine.actions import Action, Respond
 from chaosproxy.engine.core import Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
@@ -154,26 +157,8 @@ class Inspection:
         headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
         if interest.acts(Phase.REQUEST):
             original = msg.body
-            for fired in self._decide(msg):
-                match fired.action:
-                    case Delay(seconds):
-                        await asyncio.sleep(seconds)
-                    case Respond() as respond:
-                        call.outcome = Outcome.FAULT_RESPONSE
-                        return self.proxy._respond(exchange, call, respond)
-                    case Reply(message, delay):
-                        call.outcome = Outcome.FAULT_RESPONSE
-                        await asyncio.sleep(delay)
-                        return self.proxy._respond(exchange, call, self.relay.reply(msg, message))
-                    case Hang(release_after):
-                        call.outcome = Outcome.HANG
-                        await asyncio.sleep(release_after if release_after is not None else float("inf"))
-                        call.outcome = Outcome.OK
-                    case Reset(delay=delay):
-                        call.outcome = Outcome.RESET
-                        await asyncio.sleep(delay)
-                        exchange.abort(reset=True)
-                        return
+            if (fired := self._decide(msg)) and await act_on_request(fired, call, self, self.relay, msg):
+                return
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
                 headers = mirror_rpc_headers(headers, msg)
@@ -240,6 +225,20 @@ class Inspection:
         assert response is not None  # (the second try's failure is raised)
         await self._relay(msg, response, reader, llm, a2a)
 
+    # the request's side of the executor (adapters/execute.RequestSide)
+
+    def answer(self, respond: Respond) -> None:
+        self.proxy._respond(self.exchange, self.call, respond)
+
+    async def hold(self, seconds: float | None) -> bool:
+        """(An agent that goes away cancels the call's task.)"""
+        await asyncio.sleep(seconds if seconds is not None else float("inf"))
+        return False
+
+    async def reset(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self.exchange.abort(reset=True)
+
     def _hand_over(self, body: bytes | None, headers: Headers) -> None:
         """No rule can act on the response: a Passthrough takes the call, its request sent as decided
         here (`body` as read or rewritten, `headers` with the span's context), its response relayed by
@@ -305,7 +304,7 @@ class Inspection:
             return
         if exchange.head.upgrade:
             exchange.close_after = True  # the client is not told to stop sending its other protocol
-        actions: list[Any] = []
+        actions: list[Action] = []
         if interest.acts(Phase.RESPONSE):
             reply = Message(msg.transport, Phase.RESPONSE, session=msg.session, http_method=msg.http_method,
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
@@ -354,22 +353,13 @@ class Inspection:
                 chunks, length = streams.once(payload), None if reader.body.trailers else len(payload)
             else:
                 chunks = streams.then(read, chunks)
-        ending = StreamEnd.EOF
-        for action in actions:
-            match action:
-                case Delay(seconds):
-                    await asyncio.sleep(seconds)
-                case Drip(size, delay):
-                    chunks = streams.drip(chunks, size, delay)
-                case Truncate(limit, fraction):
-                    if limit is None:
-                        chunks, limit = await self._fraction(chunks, length, fraction or 0.0, response, headers)
-                    if limit is not None:
-                        chunks, ending = streams.limit(chunks, limit), StreamEnd.CLOSE
-                case Reset(after_bytes):
-                    chunks, ending = streams.limit(chunks, after_bytes or 0), StreamEnd.RESET
-                case CutStream(after_events, idle):
-                    chunks, ending = streams.sse_events(chunks, after_events), StreamEnd.IDLE if idle else StreamEnd.CUT
+        stages: list[Stage] = []
+        if actions:  # the body as the faults on the response's head shape it (of its length as relayed)
+            shape = shape_body(actions, length, max_held=self.proxy.max_message_bytes, engine=engine, request=msg)
+            if shape.delay:
+                await asyncio.sleep(shape.delay)
+            if stages := shape.stages:
+                chunks = shaped(chunks, stages, shape.pace)
         # a reply that is all here goes out in one send, after its call line: whoever reads the log once
         # the agent has its answer finds the call there (as a stream's pieces, by contrast, go at once)
         whole = not actions and (payload is not None or reader.body.done)
@@ -378,6 +368,7 @@ class Inspection:
         if not exchange.started:
             exchange.start(status, response.reason if status == response.status else b"Not Modified", headers,
                            length)  # (a card's 304 is the only status the proxy changes here)
+        ending = body_ending(stages)  # (as planned: a fraction of a body that does not end may end as it does)
         async for piece in chunks:
             call.bytes_out += len(piece)
             if call.bytes_out == length and ending == StreamEnd.EOF:  # the agent has it all with this piece: log first
@@ -388,22 +379,20 @@ class Inspection:
         if whole:
             call.finish(engine)
             exchange.conn.uncork()
+        ending = body_ending(stages)
+        call.outcome = OUTCOMES.get(ending, call.outcome)
         match ending:
             case StreamEnd.EOF:
                 call.finish(engine)
                 exchange.end(reader.body.trailers)
             case StreamEnd.CUT:
-                call.outcome = Outcome.STREAM_CUT
                 call.finish(engine)
                 exchange.end()  # a clean end, as a server that closed the stream
             case StreamEnd.CLOSE:
-                call.outcome = Outcome.TRUNCATED
                 exchange.close()  # FIN after the bytes sent
             case StreamEnd.RESET:
-                call.outcome = Outcome.RESET
                 exchange.abort(reset=True)
             case StreamEnd.IDLE:
-                call.outcome = Outcome.STREAM_IDLE
                 await asyncio.Event().wait()  # until the client goes away
 
     def _relay_whole(self, raw: bytes, encoding: str, status: int, headers: Headers,
@@ -452,29 +441,6 @@ class Inspection:
             headers = [*without(headers, encoded.lower()), (encoded, value.encode("latin-1"))]
         return status, payload, headers
 
-    async def _fraction(self, chunks: AsyncIterator[bytes], length: int | None, fraction: float, response: Head,
-                        headers: Headers) -> tuple[AsyncIterator[bytes], int | None]:
-        """How many bytes `fraction` of the body is. A body of unknown length is held (headers sent
-        first) until it ends; one that does not end within a while or a size is not truncated."""
-        if length is not None:
-            return chunks, int(length * fraction)
-        self.exchange.start(response.status, response.reason, headers, None)
-        held: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(FRACTION_WAIT_S):
-                async for piece in chunks:
-                    held.append(piece)
-                    size += len(piece)
-                    if size > self.proxy.max_message_bytes:
-                        raise TimeoutError
-        except TimeoutError:
-            msg = self.call.msg
-            self.engine.log.skip(rule=None, fault="truncate", transport=msg.transport, session=msg.session,
-                                 path=msg.path, reason="fraction of a body that did not end: relayed whole")
-            return streams.then(b"".join(held), chunks), None
-        return streams.once(b"".join(held)), int(size * fraction)
-
     def _decide(self, msg: Message, *, messages: bool = True) -> list[Fired]:
         fired = self.engine.decide(msg, messages=messages)
         self.call.faults.extend(f.rule.name for f in fired)
@@ -483,5 +449,3 @@ class Inspection:
 
 DECODABLE = frozenset({"identity", "gzip", "x-gzip", "deflate"})  # bodies rules can read (decoded if need be)
 
-
-FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its size for `truncate`
