@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, Task, TaskState
-from a2a_task import CLARIFY, QUESTION, agent_url, done, request
+from a2a_task import CLARIFY, QUESTION, agent_url, done, streamed
 
 CALL_TIMEOUT_S = 3.0  # one call (a read of the stream too)
 TASK_DEADLINE_S = 6.0  # one delegated task, polled until it ends
@@ -40,19 +40,6 @@ async def retried[T](call: Callable[[], Awaitable[T]]) -> T:
             print(f"retrying after {type(error).__name__}: {error!s:.120}", file=sys.stderr)
             await asyncio.sleep(0.2 * 2 ** attempt)
     raise AssertionError("unreachable")
-
-
-async def streamed(client: Any, text: str, task_id: str | None) -> Task:
-    """The task as the stream of one send tells it (it may end early: the caller checks)."""
-    task = Task()
-    async for event in client.send_message(request(text, task_id)):
-        if event.HasField("task"):
-            task.CopyFrom(event.task)
-        elif event.HasField("status_update"):
-            task.status.CopyFrom(event.status_update.status)
-        elif event.HasField("artifact_update"):
-            task.artifacts.append(event.artifact_update.artifact)
-    return task
 
 
 def unsettled(task: Task) -> bool:

@@ -10,21 +10,13 @@ import asyncio
 
 import httpx
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types.a2a_pb2 import Task
-from a2a_task import QUESTION, agent_url, done, request
+from a2a_task import QUESTION, agent_url, done, streamed
 
 
 async def main() -> int:
     async with httpx.AsyncClient(timeout=None) as http:  # (waits as long as the remote agent takes)
         client = await ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create_from_url(agent_url())
-        task = Task()
-        async for event in client.send_message(request(QUESTION)):
-            if event.HasField("task"):
-                task.CopyFrom(event.task)
-            elif event.HasField("status_update"):
-                task.status.CopyFrom(event.status_update.status)
-            elif event.HasField("artifact_update"):
-                task.artifacts.append(event.artifact_update.artifact)
+        task = await streamed(client, QUESTION)
         await client.close()
         return done(task)
 

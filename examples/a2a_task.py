@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, Task
 
@@ -26,6 +27,19 @@ def request(text: str, task_id: str | None = None) -> SendMessageRequest:
     if task_id:
         message.task_id = task_id
     return SendMessageRequest(message=message)
+
+
+async def streamed(client: Any, text: str, task_id: str | None = None) -> Task:
+    """The task as the stream of one send tells it (it may end early: a careful caller checks)."""
+    task = Task()
+    async for event in client.send_message(request(text, task_id)):
+        if event.HasField("task"):
+            task.CopyFrom(event.task)
+        elif event.HasField("status_update"):
+            task.status.CopyFrom(event.status_update.status)
+        elif event.HasField("artifact_update"):
+            task.artifacts.append(event.artifact_update.artifact)
+    return task
 
 
 def plan_of(task: Task) -> str:
