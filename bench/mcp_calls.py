@@ -21,7 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-from run import HERE, PY, Bench, Procs, free_ports, log, start_scenarios, wait_ready
+from run import (
+    MCP_PROBE,
+    Bench,
+    Procs,
+    free_ports,
+    log,
+    start_mcp_upstream,
+    start_scenarios,
+)
 
 SCENARIOS = {
     "idle": "rules: []\n",
@@ -31,8 +39,6 @@ SCENARIOS = {
 TARGETS = ["direct", *SCENARIOS]
 
 
-CALL = (HERE / "wrk_mcp.lua").read_text().split("wrk.body = '")[1].split("'")[0]
-PROBE = ("POST", "/mcp", CALL, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
 
 
 def main() -> int:
@@ -47,10 +53,8 @@ def main() -> int:
     try:
         uport, *pports = free_ports(len(TARGETS))
         ports = dict(zip(TARGETS, [uport, *pports], strict=True))
-        upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(uport),
-                                            "--stateless", "--json-response"])
-        wait_ready("upstream", uport, upstream, 30, PROBE)
-        pids = start_scenarios(procs, args.out, uport, ports, SCENARIOS, PROBE)
+        upstream = start_mcp_upstream(procs, uport)
+        pids = start_scenarios(procs, args.out, uport, ports, SCENARIOS, MCP_PROBE)
         bench = Bench(args.out, ports, pids, upstream.pid)
         c1: dict[str, list[dict]] = {t: [] for t in TARGETS}
         c16: dict[str, list[dict]] = {t: [] for t in TARGETS}

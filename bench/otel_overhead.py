@@ -33,10 +33,20 @@ import time
 import urllib.request
 from pathlib import Path
 
-from run import CHAOS, HERE, PY, Bench, Procs, free_ports, log, wait_ready
+from run import (
+    CHAOS,
+    HERE,
+    MCP_CALL,
+    MCP_PROBE,
+    PY,
+    Bench,
+    Procs,
+    free_ports,
+    log,
+    start_mcp_upstream,
+    wait_ready,
+)
 
-CALL = (HERE / "wrk_mcp.lua").read_text().split("wrk.body = '")[1].split("'")[0]
-PROBE = ("POST", "/mcp", CALL, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
 TARGET_US = 30.0
 
 
@@ -78,7 +88,7 @@ if {sampler_ratio!r} is not None:
     os.environ.update(OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG={sampler_ratio!r})
 from chaosproxy.telemetry.tracing import OtlpTracing
 from chaosproxy.engine.message import Message, Phase
-body = {CALL.encode()!r}
+body = {MCP_CALL.encode()!r}
 headers = {{"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}}
 def call(tracing):
     msg = Message("http", Phase.REQUEST, session="s", http_method="POST", path="/mcp", headers=headers)
@@ -138,9 +148,7 @@ def main() -> int:
     try:
         uport, sport, *pports = free_ports(2 + len(targets))
         ports = dict(zip(targets, pports, strict=True))
-        upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(uport),
-                                            "--stateless", "--json-response"])
-        wait_ready("upstream", uport, upstream, 30, PROBE)
+        upstream = start_mcp_upstream(procs, uport)
         procs.start("sink", [PY, str(Path(__file__).resolve()), "--sink", str(sport)])
         environments = {"before": {**plain, "PYTHONPATH": str(source_of(args.before, args.out / "before"))}
                         if args.before else plain, "off": plain,
@@ -157,7 +165,7 @@ def main() -> int:
                     "run", "--upstream", f"http://127.0.0.1:{uport}", "--listen", f"127.0.0.1:{ports[target]}",
                     "--log", "/dev/null"]
             proc = procs.start(target, argv, env=environments[target])
-            wait_ready(target, ports[target], proc, 30, PROBE)
+            wait_ready(target, ports[target], proc, 30, MCP_PROBE)
             pids[target] = proc.pid
         bench = Bench(args.out, ports, pids, upstream.pid)
         c1: dict[str, list[dict]] = {t: [] for t in targets}

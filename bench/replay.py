@@ -26,12 +26,19 @@ import sys
 import time
 from pathlib import Path
 
-from run import CHAOS, HERE, PY, Bench, Procs, cpu_s, free_ports, log, wait_ready
+from run import (
+    CHAOS,
+    MCP_PROBE,
+    Bench,
+    Procs,
+    cpu_s,
+    free_ports,
+    log,
+    start_mcp_upstream,
+    wait_ready,
+)
 
 TARGETS = ["live", "recording", "replay", "replay-timed"]
-CALL = (HERE / "wrk_mcp.lua").read_text().split("wrk.body = '")[1].split("'")[0]
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-PROBE = ("POST", "/mcp", CALL, HEADERS)
 
 
 class ReplayBench(Bench):
@@ -54,7 +61,7 @@ def record_once(procs: Procs, out: Path, upstream_port: int, port: int) -> Path:
     shutil.rmtree(cassette, ignore_errors=True)
     proxy = procs.start("record-once", [CHAOS, "run", "--upstream", f"http://127.0.0.1:{upstream_port}", "--listen",
                                         f"127.0.0.1:{port}", "--record", str(cassette), "--log", "/dev/null"])
-    wait_ready("record-once", port, proxy, 30, PROBE)  # the probe is the recorded call: cold,
+    wait_ready("record-once", port, proxy, 30, MCP_PROBE)  # the probe is the recorded call: cold,
     _answer(port)  # then warm (the replay answers the first call with the first, all others with the last)
     proxy.terminate()
     proxy.wait(10)
@@ -75,9 +82,7 @@ def main() -> int:
     try:
         uport, once, *ports_ = free_ports(2 + len(TARGETS))
         ports = dict(zip(TARGETS, ports_, strict=True))
-        upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(uport),
-                                            "--stateless", "--json-response"])
-        wait_ready("upstream", uport, upstream, 30, PROBE)
+        upstream = start_mcp_upstream(procs, uport)
         cassette = record_once(procs, args.out, uport, once)
         upstream_url = f"http://127.0.0.1:{uport}"
         shutil.rmtree(args.out / "recorded", ignore_errors=True)
@@ -89,7 +94,7 @@ def main() -> int:
         for target in TARGETS:
             proc = procs.start(target, [*argv[target], "--listen", f"127.0.0.1:{ports[target]}",
                                         *(["--log", "/dev/null"] if target in ("live", "recording") else [])])
-            wait_ready(target, ports[target], proc, 30, PROBE)
+            wait_ready(target, ports[target], proc, 30, MCP_PROBE)
             serving[target] = [proc.pid, *([upstream.pid] if target in ("live", "recording") else [])]
         bench = ReplayBench(args.out, ports, serving, upstream.pid)
         c1: dict[str, list[dict]] = {t: [] for t in TARGETS}
@@ -133,7 +138,7 @@ def main() -> int:
 def _answer(port: int) -> bytes:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        conn.request(*PROBE)
+        conn.request(*MCP_PROBE)
         return conn.getresponse().read()
     finally:
         conn.close()

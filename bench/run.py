@@ -115,6 +115,19 @@ def start_scenarios(procs: Procs, out: Path, upstream_port: int, ports: dict[str
     return pids
 
 
+MCP_CALL = (HERE / "wrk_mcp.lua").read_text().split("wrk.body = '")[1].split("'")[0]  # a tools/call
+MCP_PROBE = ("POST", "/mcp", MCP_CALL,
+             {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+
+
+def start_mcp_upstream(procs: Procs, port: int) -> subprocess.Popen:
+    """The bundled MCP server on `port` (stateless, JSON replies), once it answers a tools/call."""
+    upstream = procs.start("upstream", [PY, "-m", "chaosproxy.demo.mcp_server", "http", "--port", str(port),
+                                        "--stateless", "--json-response"])
+    wait_ready("upstream", port, upstream, 30, MCP_PROBE)
+    return upstream
+
+
 def wait_ready(name: str, port: int, proc: subprocess.Popen, timeout: float = 20,
                probe: tuple[str, str, str | None, dict[str, str]] = ("GET", "/health", None, {})) -> None:
     """Until `probe` (method, path, body, headers) is answered 200."""
