@@ -20,31 +20,28 @@ from chaosproxy.faults.base import Component, Fault, FaultContext, Level
 from chaosproxy.telemetry.log import PerturbationLog
 
 
-class ReturnsNoAction(Fault):
-    type: Literal["returns_no_action"] = "returns_no_action"
+class Transition(Fault):
     component = Component.TRANSITION
     level = Level.HTTP
     phase = Phase.REQUEST
+
+
+class ReturnsNoAction(Transition):
+    type: Literal["returns_no_action"] = "returns_no_action"
 
     def act(self, ctx: FaultContext) -> Action:
         return {"delay_s": 1.0}  # refused: not an action
 
 
-class DeclaresNoAction(Fault):
+class DeclaresNoAction(Transition):
     type: Literal["declares_no_action"] = "declares_no_action"
-    component = Component.TRANSITION
-    level = Level.HTTP
-    phase = Phase.REQUEST
 
     def act(self, ctx: FaultContext) -> dict[str, Any]:  # refused: outside the Action union
         return {}
 
 
-class Right(Fault):
-    type: Literal["right"] = "right"
-    component = Component.TRANSITION
-    level = Level.HTTP
-    phase = Phase.REQUEST
+class Delays(Transition):
+    type: Literal["delays"] = "delays"
 
     def act(self, ctx: FaultContext) -> Delay:
         return Delay(1.0)
@@ -69,6 +66,6 @@ def test_mypy_refuses_a_fault_returning_no_action_and_a_misspelled_log_key(tmp_p
               if ": error: " in line}
     source = WRONG.splitlines()
     refused = {n for n, line in enumerate(source, 1) if "# refused" in line}
-    assert status == 1 and set(errors) == refused and len(refused) == 6  # Right and the right calls pass
+    assert status == 1 and set(errors) == refused and len(refused) == 6  # Delays and the right calls pass
     assert any("Incompatible return value type" in error and "Delay | Respond" in error for error in errors.values())
     assert 'did you mean "status"' in errors[next(n for n in refused if "stauts" in source[n - 1])]
