@@ -242,37 +242,35 @@ class FaultLine(Line, FaultFields):
     pass
 
 
-class SkipFields(TypedDict):
+class WhereFields(TypedDict, total=False):
+    """Where a skip or an error happened, as far as it is known."""
+
+    fault: str
+    transport: str
+    session: str
+    path: str | None
+    api: str | None
+    model: str | None
+    turn: int | None
+
+
+class SkipFields(WhereFields):
     rule: str | None  # None: the adapter or relay passed the payload undecided
     reason: str
-    fault: NotRequired[str]
-    transport: NotRequired[str]
-    session: NotRequired[str]
     phase: NotRequired[str]
     http_method: NotRequired[str | None]
-    path: NotRequired[str | None]
     method: NotRequired[str | None]
     tool: NotRequired[str | None]
     rpc_id: NotRequired[Any]
-    api: NotRequired[str | None]
-    model: NotRequired[str | None]
-    turn: NotRequired[int | None]
 
 
 class SkipLine(Line, SkipFields):
     pass
 
 
-class ErrorFields(TypedDict):
+class ErrorFields(WhereFields):
     error: str
     rule: NotRequired[str | None]
-    fault: NotRequired[str]
-    transport: NotRequired[str]
-    session: NotRequired[str]
-    path: NotRequired[str | None]
-    api: NotRequired[str | None]
-    model: NotRequired[str | None]
-    turn: NotRequired[int | None]
 
 
 class ErrorLine(Line, ErrorFields):
