@@ -6,6 +6,12 @@ messages, and the MCP session (a replayed `initialize` hands out a fresh session
 goes through the cassette on its own). Streams keep their recorded timing, scaled by `speed` (None: no
 waits at all). A request the cassette does not hold gets a clear error naming the closest recorded
 one: a JSON-RPC error for a JSON-RPC call, else a 404, never another exchange's answer.
+
+MCP's legacy HTTP+SSE transport answers on another request than the one that asked: its GET stream first
+names (`endpoint` event) where to POST, then carries the replies to those POSTs. Its replay hands out a
+session of its own in the endpoint (a path on the replay server, whatever host was recorded), and sends
+the recorded stream's messages when the live POST they answer comes, each reply with everything the
+server sent before it (notifications, its own requests), the live ids put in: never ahead of the request.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+from yarl import URL
 
 from chaosproxy.adapters.h1 import (
     NO_BODY_STATUSES,
@@ -31,7 +39,7 @@ from chaosproxy.adapters.h1 import (
 from chaosproxy.cassette.format import Cassette, Event, Exchange, Frame
 from chaosproxy.cassette.match import Index, Key, frame_key, json_or_none, no_match_message, request_key
 from chaosproxy.cassette.redact import Redactor
-from chaosproxy.protocols.streams import sse_data, sse_with_data
+from chaosproxy.protocols.streams import sse_data, sse_field, sse_with_data
 from chaosproxy.telemetry.log import ops
 
 NO_MATCH = -32050  # the JSON-RPC error code of a request the cassette does not hold
@@ -39,6 +47,7 @@ MAX_BODY = 16 << 20  # a larger request body is answered 413: no recorded reques
 FRAMING = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 KEPT_UNMATCHED = 100  # the newest unmatched requests kept for whoever asks (tests, the pytest fixture)
 SESSION_HEADER = "mcp-session-id"
+LEGACY_SESSION_QUERY = ("session_id", "sessionId")  # where legacy HTTP+SSE servers name the session
 
 
 @dataclass(slots=True)
@@ -54,6 +63,8 @@ class Answer:
     t_end: float
     end: str
     length: int | None  # None: sent chunked (a stream, or as recorded)
+    asked: Any  # the recorded request's JSON (what a legacy stream's replies answer), or None
+    swaps: Swaps | None  # its ids as the live request has them
 
 
 class Swaps:
@@ -177,7 +188,8 @@ class HttpReplay:
             length = int(length_header) if (method == "HEAD" or recorded.end == "cut") and length_header and \
                 length_header.isdigit() else len(payload)
         return Answer(recorded.status, recorded.reason.encode("latin-1"), headers, payload, events,
-                      recorded.t_head, recorded.t_end, recorded.end, length)
+                      recorded.t_head, recorded.t_end, recorded.end, length,
+                      json_or_none(exchange.request.body) if exchange.request.body else None, swaps)
 
     def _new_session(self) -> str:
         session = uuid.uuid4().hex
@@ -202,6 +214,7 @@ class ReplayServer:
         self.connections: set[ClientConnection] = set()
         self._listener: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.legacy: dict[str, _LegacyStream] = {}  # the live legacy HTTP+SSE sessions, by the id handed out
         self.sock: socket.socket | None = None
 
     def bind(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -262,6 +275,11 @@ class ReplayServer:
         if isinstance(answer, str):
             ops.warning("%s", answer)
             self._error(exchange, 404, answer, body)
+        elif answer.events is not None and (at := _endpoint_at(answer.events)) is not None:
+            self._open_legacy(exchange, answer, answer.events, at)
+        elif (stream := self._legacy_stream(head.target)) is not None:
+            self._send_now(exchange, answer)  # (the POST's 202), then what answers it on the stream
+            stream.release(answer.asked, answer.swaps)
         elif self.speed is None:
             self._send_now(exchange, answer)
         else:
@@ -269,6 +287,27 @@ class ReplayServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             exchange.on_client_gone = task.cancel
+
+    def _open_legacy(self, exchange: ClientExchange, answer: Answer, events: list[Event], at: int) -> None:
+        """A legacy GET stream: its head and endpoint event (events[at], after any comments) now, naming a
+        session of the replay's own; the recorded messages after it wait for the POSTs they answer."""
+        endpoint, later = events[at], events[at + 1:]
+        session = uuid.uuid4().hex
+        exchange.start(answer.status, answer.reason, answer.headers, None)
+        for comment in events[:at]:
+            exchange.write(comment.data)
+        exchange.write(sse_with_data(endpoint.data, _endpoint_path(sse_data(endpoint.data) or b"", session)))
+        self.legacy[session] = _LegacyStream(exchange, [(event, json_or_none(sse_data(event.data) or b""))
+                                                        for event in later])
+        exchange.on_client_gone = lambda: self.legacy.pop(session, None)
+
+    def _legacy_stream(self, target: bytes) -> _LegacyStream | None:
+        """The live legacy session a POST names in its query, if any."""
+        _, _, query = target.partition(b"?")
+        if not query or not self.legacy:
+            return None
+        named = URL("/?" + query.decode("latin-1")).query
+        return next((stream for key in LEGACY_SESSION_QUERY if (stream := self.legacy.get(named.get(key, "")))), None)
 
     def _send_now(self, exchange: ClientExchange, answer: Answer) -> None:
         conn = exchange.conn
@@ -337,6 +376,44 @@ class ReplayServer:
         exchange.start(status, _REASONS.get(status, b"Error"), headers, len(payload))
         exchange.write(payload)
         exchange.end()
+
+
+@dataclass(slots=True)
+class _LegacyStream:
+    """A live legacy HTTP+SSE session: its GET stream, and the recorded messages not yet sent on it (with
+    their JSON)."""
+
+    exchange: ClientExchange
+    pending: list[tuple[Event, Any]]
+
+    def release(self, asked: Any, swaps: Swaps | None) -> None:
+        """Send the recorded messages up to the replies to the requests in `asked` (a message or a batch),
+        the live ids put in; a notification is answered by nothing."""
+        ids = {_hashable(message["id"]) for message in (asked if isinstance(asked, list) else [asked])
+               if isinstance(message, dict) and "method" in message and "id" in message}
+        last = max((i for i, (_, message) in enumerate(self.pending) if isinstance(message, dict)
+                    and "method" not in message and _hashable(message.get("id")) in ids), default=-1)
+        if self.exchange.gone:
+            return
+        for event, _ in self.pending[:last + 1]:
+            self.exchange.write(swaps.event(event.data) if swaps else event.data)
+        del self.pending[:last + 1]
+
+
+def _endpoint_at(events: list[Event]) -> int | None:
+    """Where a recorded legacy GET stream names the endpoint to POST to: its first event but comments (None:
+    the stream is no legacy one)."""
+    at = next((i for i, event in enumerate(events)
+               if sse_field(event.data, b"event") is not None or sse_data(event.data) is not None), None)
+    return at if at is not None and sse_field(events[at].data, b"event") == b"endpoint" else None
+
+
+def _endpoint_path(recorded: bytes, session: str) -> bytes:
+    """The endpoint a legacy stream names, as a path on the replay server with the replay's own session."""
+    url = urlsplit(recorded.decode("utf-8", "replace").strip())
+    pairs = [(key, session if key in LEGACY_SESSION_QUERY else value) for key, _, value in
+             (pair.partition("=") for pair in url.query.split("&") if pair)]
+    return (url.path + "?" + "&".join(f"{key}={value}" for key, value in pairs)).encode()
 
 
 _REASONS = {200: b"OK", 202: b"Accepted", 404: b"Not Found", 413: b"Content Too Large", 502: b"Bad Gateway"}
