@@ -29,8 +29,8 @@ from chaosproxy.harness.gateway import ModelGateway
 
 Scope = Literal["tools", "model", "both"]
 SCOPES: tuple[Scope, ...] = ("tools", "model", "both")
-# What Inspect's MCP client sends before a tool can be called: a fault that fails one of these is a
-# sample error for Inspect (the tools could not be listed), not a tool error the model sees.
+# What Inspect's MCP client sends before a tool can be called: a fault that fails one of these takes the
+# server's tools away for the sample-epoch (chaosproxy.harness.tools), not a tool error the model sees.
 HANDSHAKE = ("initialize", "notifications/initialized", "tools/list")
 _AGENT_NAME = re.compile(r"[A-Za-z0-9._~:@/+=-]{1,128}")  # what X-Chaosproxy-Agent accepts
 
@@ -149,8 +149,8 @@ def _templates(plan: ChaosPlan) -> list[tuple[str, dict[str, Any]]]:
 
 
 def handshake_warnings(plan: ChaosPlan) -> list[str]:
-    """One line per rule that can fail the MCP handshake: Inspect counts that as a sample error (the
-    tools could not be listed), not as a tool error the model could react to."""
+    """One line per rule that can fail the MCP handshake: the sample-epoch then runs without that server's
+    tools (no tool error the model could react to), which is rarely what a rule on tool calls means."""
     found = []
     for source, rule in _templates(plan):
         fault, match = rule.get("fault") or {}, rule.get("match") or {}
@@ -163,6 +163,6 @@ def handshake_warnings(plan: ChaosPlan) -> list[str]:
                and (not isinstance(method, str) or fnmatch.fnmatchcase(name, method))]
         if kind.component == "transition" and hit and match.get("tool") is None:
             found.append(f"{source}: rule {rule.get('name')!r} ({fault.get('type')}) can hit the MCP handshake "
-                         f"({', '.join(hit)}): Inspect then errors the sample instead of showing the model a "
-                         "tool error; add `match: {method: tools/call}` to fault tool calls only")
+                         f"({', '.join(hit)}): the sample then runs without that server's tools instead of "
+                         "showing the model a tool error; add `match: {method: tools/call}` to fault tool calls only")
     return found

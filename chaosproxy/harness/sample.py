@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control.runtime import open_engine
 from chaosproxy.drill.plan import CLEAN_SCENARIO, derive_seed
 from chaosproxy.drill.runner import PROXY_ENVIRONMENT
-from chaosproxy.harness.plan import Draw
+from chaosproxy.harness.plan import HANDSHAKE, Draw
 from chaosproxy.telemetry.log_schema import Event, Key
 
 HOST = "127.0.0.1"
@@ -51,6 +51,7 @@ class SampleChaos:
         self._read = 0  # bytes of the log read so far
         self._unclaimed: list[dict[str, Any]] = []  # fault lines no tool call has taken yet
         self.servers: dict[object, Any] = {}  # a tool source -> its Inspect server for this sample-epoch
+        self.unavailable: set[object] = set()  # tool sources whose handshake a fault failed
         (folder / "scenario.yaml").write_text(self.scenario_text, encoding="utf-8")
 
     async def proxy_url(self, upstream: str) -> str:
@@ -83,10 +84,18 @@ class SampleChaos:
         """The fault lines logged since the last call ended that belong to a call of `tool`: those naming
         it, and those naming no tool (a fault on the HTTP exchange, the session, the handshake). Lines
         naming another tool wait for that tool's call (parallel calls)."""
+        return self._claim(lambda line: line.get(Key.TOOL) in (None, tool))
+
+    def handshake_faults(self) -> list[dict[str, Any]]:
+        """The fault lines logged on an MCP handshake's messages (HANDSHAKE) that no call has taken yet."""
+        return self._claim(lambda line: line.get(Key.METHOD) in HANDSHAKE)
+
+    def _claim(self, mine: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        """The fault lines, logged since and left before, that are `mine`; the others are left for later."""
         self._unclaimed += [line for line in self._new_lines() if line.get(Key.EVENT) == Event.FAULT]
-        mine = [line for line in self._unclaimed if line.get(Key.TOOL) in (None, tool)]
-        self._unclaimed = [line for line in self._unclaimed if line.get("tool") not in (None, tool)]
-        return mine
+        claimed = [line for line in self._unclaimed if mine(line)]
+        self._unclaimed = [line for line in self._unclaimed if not mine(line)]
+        return claimed
 
     def _new_lines(self) -> list[dict[str, Any]]:
         """Whole lines appended to the sample's log since the last read (the proxies flush fault lines

@@ -6,6 +6,11 @@ server that, inside a `chaos_task`, reaches the real one through the running sam
 MCP session per asyncio task; here each sample-epoch has its own Inspect server object, so those
 sessions stay as Inspect makes them. Each tool's calls are followed, in the transcript, by the
 faults that hit them (an info event from `chaosproxy`).
+
+A fault that fails a server's handshake (initialize, tools/list) does not error the sample, as a real
+failure there does in Inspect: the sample goes on without that server's tools, as a host that cannot
+start an MCP server goes on without it, the transcript saying which fault took them away. The model is
+measured on what it does then (answer anyway, or say it cannot), and the sample-epoch counts as faulted.
 """
 
 from __future__ import annotations
@@ -51,16 +56,50 @@ class ChaosMCPServer(MCPServerLocal):
         return chaos, server
 
     async def __aenter__(self) -> MCPServer:
-        await (await self._server())[1].__aenter__()
+        chaos, server = await self._server()
+        if self not in chaos.unavailable:
+            try:
+                await server.__aenter__()
+            except Exception as exc:
+                if not self._taken_away(chaos, exc):
+                    raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
                         exc_tb: TracebackType | None) -> None:
-        await (await self._server())[1].__aexit__(exc_type, exc_val, exc_tb)
+        chaos, server = await self._server()
+        if self not in chaos.unavailable:
+            await server.__aexit__(exc_type, exc_val, exc_tb)
 
     async def tools(self) -> list[Tool]:
         chaos, server = await self._server()
-        return [_reporting(tool, chaos) for tool in await server.tools()]
+        if self in chaos.unavailable:
+            return []
+        try:
+            listed = await server.tools()
+        except Exception as exc:
+            if not self._taken_away(chaos, exc):
+                raise
+            return []
+        return [_reporting(tool, chaos) for tool in listed]
+
+    def _taken_away(self, chaos: SampleChaos, exc: Exception) -> bool:
+        """Whether a fault failed this server's handshake (then its tools are gone for the sample-epoch, and
+        the transcript says why); False for any other failure, which is the sample's error as in Inspect."""
+        faults = chaos.handshake_faults()
+        if not faults:
+            return False
+        chaos.unavailable.add(self)
+        transcript().info(cast(JsonValue, {"server": self._name, "unavailable": _reason(exc), "faults": faults}),
+                          source="chaosproxy")
+        return True
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, from inside the task groups the MCP client wraps it in."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _no_client() -> Any:
