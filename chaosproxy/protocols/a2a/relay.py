@@ -5,8 +5,10 @@ skill, task state and agent) and, when some rule may act on its reply, reads the
 (a task, a message, a status or artifact update: in a whole body, or event by event in a stream) and
 asks the engine about each: once as the A2A piece itself (the task-state faults, with the task as the
 decision's key, so that a task meets the same fault in every reply about it), once as a tools/call
-result of the texts it carries (the content faults). Only what a fault that fired changed is written
-back; a reply no rule changed goes as it came.
+result of the texts it carries and the outcome it reports (the content and reward faults: `texts`).
+Only what a fault that fired changed is written back; a reply no rule changed goes as it came. A fault
+fires only when the reply can carry what it did (`Engine.decide`'s `carries`): so a fault is logged
+exactly when the agent gets other bytes than the remote agent sent.
 
 The card is always read: its interface URLs are pointed back through the proxy (else the client
 calls the remote agent directly), and faults on the card act on it then.
