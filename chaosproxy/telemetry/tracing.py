@@ -344,11 +344,11 @@ class OtlpTracing(Tracing):
         method = truncated(method, MAX_NAME)
         version = version or meta.get(META_VERSION)
         if method == "initialize" and type(params) is dict and isinstance(params.get("protocolVersion"), str):
-            version = self._versions[msg.session] = truncated(params["protocolVersion"], MAX_NAME)
+            version = self._versions[truncated(msg.session, MAX_NAME)] = truncated(params["protocolVersion"], MAX_NAME)
             if len(self._versions) > MAX_SESSIONS:
                 self._versions.popitem(last=False)
         if not version and self._versions:
-            version = self._versions.get(msg.session)
+            version = self._versions.get(truncated(msg.session, MAX_NAME))
         version, session_id = _name(version), _name(session_id)
         key = (network, url, method, target, session_id, version)
         head = self._heads.get(key)
@@ -361,7 +361,8 @@ class OtlpTracing(Tracing):
             self._heads.clear()
             self._heads_bytes = 0
         head = self._heads[key] = self.encoder.head(name, CLIENT, attributes)
-        self._heads_bytes += 2 * len(head)  # its key names what the head says again
+        # its key counts too: the URL in it holds the agent's path
+        self._heads_bytes += len(head) + sum(len(part) for part in key if type(part) is str)
         return head
 
     def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chaosproxy.telemetry.otlp import DEFAULT_VALUE_LIMIT
-from chaosproxy.telemetry.tracing import MAX_NAME, OtlpTracing
+from chaosproxy.telemetry.tracing import MAX_HEADS_BYTES, MAX_NAME, OtlpTracing
 from tests.helpers.framing_support import RawClient
 from tests.helpers.otlp import Receiver, Span
 from tests.telemetry.test_otel import receiver  # noqa: F401  (a fixture)
@@ -86,3 +86,18 @@ def test_the_attribute_value_length_limit_is_honoured(make_proxy, scripted, rece
     assert all(len(value) <= 40 for value in strings(span) if value is not span.name)
     assert any(value.endswith("…") for _, attributes in span.events for value in attributes.values()
                if isinstance(value, str))  # the fault's effect and parameters, as JSON text, cut too
+
+
+def test_the_span_heads_kept_for_reuse_stay_within_their_bytes(make_proxy, scripted, receiver):  # noqa: F811
+    """Each path names a span head of its own (its URL): 420 paths of 7 KB (the request line's limit is 8 KiB),
+    past what the cache may hold."""
+    requests: list[tuple[bytes, bytes]] = []
+    proxy, tracing = traced(make_proxy, scripted, receiver, requests)
+    with RawClient(proxy.url, timeout=20) as client:
+        for i in range(420):
+            client.send(b"GET /%d/%b HTTP/1.1\r\nHost: agent\r\n\r\n" % (i, b"p" * 7_000))
+            assert client.response("GET")[0] == 200
+            held = sum(len(head) + sum(len(part) for part in key if isinstance(part, str))
+                       for key, head in tracing._heads.items())
+            assert held <= MAX_HEADS_BYTES + (64 << 10), (i, held)
+    tracing.shutdown()
