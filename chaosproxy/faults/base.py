@@ -130,10 +130,10 @@ def register[F: Fault](cls: type[F]) -> type[F]:
     name = cls.model_fields["type"].default
     if not isinstance(name, str) or name in REGISTRY:
         raise ValueError(f"fault {cls.__name__}: missing or duplicate type {name!r}")
-    if not isinstance(getattr(cls, "phase", None), Phase | property) and "phase" not in cls.model_fields:
-        raise ValueError(f"fault {cls.__name__}: no phase (set `phase = Phase.REQUEST` or RESPONSE)")
     if cls.__module__ != f"chaosproxy.faults.{name}":  # the registry imports a type's module by its name
         raise ValueError(f"fault {cls.__name__}: type {name!r} must be defined in chaosproxy/faults/{name}.py")
+    if not isinstance(getattr(cls, "phase", None), Phase | property) and "phase" not in cls.model_fields:
+        raise ValueError(f"fault {cls.__name__}: no phase (set `phase = Phase.REQUEST` or RESPONSE)")
     REGISTRY[name] = cls
     return cls
 
