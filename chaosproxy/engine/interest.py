@@ -28,8 +28,8 @@ MAX_VERDICTS = 4096  # could_act's answers kept for heads alike: all dropped bey
 class Interest:
     """Which messages the rules of one scenario could act on, judged before the engine is asked."""
 
-    __slots__ = ("rules", "idle", "request_bodies", "head_headers", "_compiled", "_by_kind", "_routes_calls",
-                 "_verdicts", "_derived")
+    __slots__ = ("rules", "idle", "request_bodies", "head_headers", "head_verdict", "_compiled", "_by_kind",
+                 "_routes_calls", "_verdicts", "_derived")
 
     def __init__(self, rules: Sequence[Rule], compiled: Sequence[_CompiledRule]) -> None:
         self.rules = tuple(rules)  # the scenario's rules, in the order written (for `derived`)
@@ -50,6 +50,9 @@ class Interest:
         self.head_headers = frozenset([AGENT_HEADER_KEY, *(name.lower().encode("latin-1", "replace")
                                                             for rule in compiled for name in rule.rule.match.header)])
         self._verdicts: dict[Hashable, bool] = {}
+        # What `could_act` answered for a head alike (its key: what the head checks read of it), or None: not
+        # asked yet under this scenario. (The cache's own `get`: asked for every plain request, it costs no call.)
+        self.head_verdict: Callable[[Hashable], bool | None] = self._verdicts.get
         self._derived: dict[Callable[[Interest], Any], Any] = {}
 
     def acts(self, phase: Phase, *, wire: bool = True, messages: bool = True) -> bool:
@@ -58,11 +61,6 @@ class Interest:
         if phase is Phase.REQUEST and messages and self._routes_calls:
             return True
         return bool(wire and self._by_kind[phase, False]) or bool(messages and self._by_kind[phase, True])
-
-    def head_verdict(self, key: Hashable) -> bool | None:
-        """What `could_act` answered for a head alike (`key`: what the head checks read of it), or None:
-        not asked yet under this scenario."""
-        return self._verdicts.get(key)
 
     def could_act(self, msg: Message, key: Hashable | None = None) -> bool:
         """False when no rule could act on this HTTP request or on its response, judged from the request
