@@ -18,7 +18,11 @@ DEFAULT_MESSAGE = "Error executing tool {tool}: 401 Unauthorized: invalid or exp
 
 @register
 class ErrorInSuccess(Fault):
-    """Answer a tool call with failure text in a result that claims success (isError: false)."""
+    """Answer a tool call with failure text in a result that claims success (isError: false).
+
+    On A2A the failure text takes the place of what the remote agent says (its first text part, the
+    others dropped), and a failed task is reported completed (protocols/a2a/texts).
+    """
 
     type: Literal["error_in_success"] = "error_in_success"
     message: str = Field(DEFAULT_MESSAGE, min_length=1, description="the failure text; {tool}: the tool's name")

@@ -14,7 +14,12 @@ from chaosproxy.protocols.mcp import call_result
 
 @register
 class FlipIsError(Fault):
-    """Lie about a tool call's outcome: isError true on a good result, or false on a tool error."""
+    """Lie about a tool call's outcome: isError true on a good result, or false on a tool error.
+
+    On A2A the outcome is the delegated task's: a completed task is reported failed, a failed one
+    completed, its texts and artifacts kept (protocols/a2a/texts); a reply that reports no outcome (a
+    working update, a message, an artifact) has no isError to flip, and the fault does not fire there.
+    """
 
     type: Literal["flip_is_error"] = "flip_is_error"
     direction: Literal["to_error", "to_success", "both"] = Field("both", description=(
