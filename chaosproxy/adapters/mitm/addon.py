@@ -322,6 +322,3 @@ def _mirror_rpc_headers(headers: http.Headers, msg: Message) -> None:
     for name, value in mirrored_headers(msg).items():
         if name in headers:
             headers[name] = value
-
-
-# Response bodies, chunk by chunk. A stage takes the chunks so far (and whether the body ended there)
