@@ -134,8 +134,13 @@ def tapped_agent(server_loop: ServerLoop) -> Iterator[Tap]:
     serving, _ = server_loop.run(_serve(agent_port, free_port(), base=f"http://127.0.0.1:{tap_port}"))
     server, tap = server_loop.run(_start_tap(tap_port, agent_port))
     yield tap
-    server.close()
+    server_loop.run(_close(server))
     server_loop.run(_stop(serving))
+
+
+async def _close(server: asyncio.Server) -> None:
+    """(on the loop that serves it: an asyncio server is not to be closed from another thread)"""
+    server.close()
 
 
 class _Kept(httpx.AsyncByteStream):
