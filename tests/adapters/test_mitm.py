@@ -234,6 +234,21 @@ async def test_listed_host_is_intercepted_and_faulted_unlisted_host_tunnelled(ma
     assert all(c["transport"] == "mitm" and c["route"] == "localhost" for c in calls)
 
 
+async def test_a_scenario_put_in_force_is_asked_on_the_next_request(make_mitm, server_loop):
+    """The addon judges each request by the engine's interest of the moment (Engine.interest): a
+    scenario swapped in is asked at once, as under `chaosproxy run`."""
+    mitm = make_mitm()
+    status, _, body = await mitm.fetch(mitm.intercepted + "/health")
+    assert (status, body) == (200, b"ok")
+
+    async def swap() -> None:
+        mitm.engine.load(parse_scenario(yaml.safe_dump(rule("teapot", {"type": "http_error", "status": 418}))))
+
+    server_loop.run(swap())
+    status, _, _ = await mitm.fetch(mitm.intercepted + "/health")
+    assert status == 418 and [fault["rule"] for fault in mitm.events("fault")] == ["teapot"]
+
+
 async def test_a_listed_ip_does_not_let_in_the_names_that_resolve_to_it(make_mitm):
     """--hosts 127.0.0.1: https://127.0.0.1 is intercepted, https://localhost (also 127.0.0.1) is not."""
     mitm = make_mitm(rule("teapot", {"type": "http_error", "status": 418}), hosts="127.0.0.1")
