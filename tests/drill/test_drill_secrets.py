@@ -8,8 +8,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.drill.test_drill import CHAOSPROXY, ENV_AGENT, drill, python, write
 
+pytestmark = pytest.mark.slow  # drills
 SECRET, OTHER_SECRET, SIGNATURE = "s3cr3t-pass", "0ther-s3cr3t", "sig-abcdef"
 
 

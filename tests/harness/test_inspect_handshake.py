@@ -16,7 +16,7 @@ from inspect_ai import eval  # noqa: E402
 from chaosproxy.harness import ChaosPlan  # noqa: E402
 from tests.harness.test_inspect_harness import bench, chaos, mcp_url  # noqa: E402,F401  (a fixture)
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # Inspect evals
 DOWN = "rules:\n  - name: down\n    match: {method: initialize}\n    fault: {type: http_error, status: 503}\n"
 
 
