@@ -21,6 +21,8 @@ FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its 
 class Stage:
     cut = False
     ending: StreamEnd | None = None  # how the body ends once this stage cut it (None: as upstream ends it)
+    # when the stage would let what it holds go though no chunk came (time.monotonic(); None: it holds nothing)
+    deadline: float | None = None
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
         raise NotImplementedError
@@ -41,20 +43,38 @@ def ending(stages: Sequence[Stage]) -> StreamEnd:
 
 async def shaped(chunks: AsyncIterator[bytes], stages: Sequence[Stage], pace: float | None) -> AsyncIterator[bytes]:
     """`chunks` through `stages` as they come; with `pace`, each piece `pace` s after the one before.
-    Upstream is read no further once a stage cut the body."""
+    Upstream is read no further once a stage cut the body; a stage's deadline passes though upstream
+    sends nothing meanwhile."""
     first = True
-    end = False
-    async for chunk in chunks:
-        out, end = run(stages, [chunk], False)
-        for piece in out:
-            if pace is not None and not first:
-                await asyncio.sleep(pace)
-            first = False
+    source = chunks.__aiter__()
+    coming: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            deadline = min((stage.deadline for stage in stages if stage.deadline is not None), default=None)
+            chunk: bytes | None = None
+            try:
+                if deadline is None and coming is None:
+                    chunk = await source.__anext__()
+                else:  # waited for no longer than the deadline: then the stages are asked again
+                    coming = coming or asyncio.ensure_future(source.__anext__())
+                    await asyncio.wait([coming], timeout=None if deadline is None else deadline - time.monotonic())
+                    if coming.done():
+                        chunk, coming = coming.result(), None
+            except StopAsyncIteration:
+                break
+            out, end = run(stages, [chunk] if chunk is not None else [], False)
+            for piece in out:
+                if pace is not None and not first:
+                    await asyncio.sleep(pace)
+                first = False
+                yield piece
+            if end:
+                return
+        for piece in run(stages, [], True)[0]:
             yield piece
-        if end:
-            return
-    for piece in run(stages, [], True)[0]:
-        yield piece
+    finally:
+        if coming is not None:
+            coming.cancel()
 
 
 class Slices(Stage):
@@ -101,7 +121,6 @@ class Fraction(Stage):
         self.size = 0
         self.max_held = max_held
         self.unended = unended
-        self.since: float | None = None
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
         if self.limit is None:
@@ -110,9 +129,10 @@ class Fraction(Stage):
             self.held += chunks
             self.size += sum(map(len, chunks))
             now = time.monotonic()
-            self.since = self.since or now
-            if not end and (self.size > self.max_held or now - self.since > FRACTION_WAIT_S):
-                held, self.held, self.ending = self.held, None, None
+            if self.deadline is None:
+                self.deadline = now + FRACTION_WAIT_S
+            if not end and (self.size > self.max_held or now >= self.deadline):
+                held, self.held, self.ending, self.deadline = self.held, None, None, None
                 self.unended()
                 return held
             if not end:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import AsyncIterator, Callable
 
 import yaml
@@ -17,13 +18,25 @@ from yarl import URL
 from chaosproxy.adapters.execute import OUTCOMES, act_on_request, shape_body
 from chaosproxy.adapters.http.calls import Exchange
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
-from chaosproxy.adapters.shaping import Events, Fraction, Limit, Slices, Stage, ending, run, shaped
+from chaosproxy.adapters.shaping import (
+    FRACTION_WAIT_S,
+    Events,
+    Fraction,
+    Limit,
+    Slices,
+    Stage,
+    ending,
+    run,
+    shaped,
+)
 from chaosproxy.engine.actions import CutStream, Delay, Drip, Hang, Reset, Respond, Truncate
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.telemetry.log import PerturbationLog
 from chaosproxy.telemetry.log_schema import Outcome, StreamEnd
+from tests.helpers.framing_support import RawClient, read_request
+from tests.helpers.support import rule
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -160,3 +173,24 @@ def test_request_actions_run_in_order_until_one_ends_the_exchange():
     assert act(Hang(None), Respond(503, b"", {}), gone=True) == (True, Outcome.HANG, ["hold None"])
     assert act(Delay(0.0), Reset(delay=0.5)) == (True, Outcome.RESET, ["reset 0.5"])
     assert act(Delay(0.0)) == (False, Outcome.OK, [])
+
+
+def test_a_fraction_of_a_stalled_body_of_unknown_length_is_let_go_after_a_while(make_proxy, scripted):
+    """Under `chaosproxy run` the wait for a body's end has a deadline of its own: an upstream that sends
+    a piece and then nothing does not keep the agent waiting for it until it sends more."""
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nfirst\r\n")
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    proxy = make_proxy(rule("cut", {"type": "truncate", "fraction": 0.5}), to=scripted(script).url)
+    with RawClient(proxy.url, timeout=10) as client:
+        client.send(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        started = time.monotonic()
+        head = b""
+        while not head.endswith(b"first\r\n"):
+            head += client.sock.recv(4096)
+    assert time.monotonic() - started < FRACTION_WAIT_S + 3
+    assert [skip["reason"] for skip in proxy.events("skip")] == ["fraction of a body that did not end: relayed whole"]
