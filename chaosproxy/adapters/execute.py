@@ -40,6 +40,14 @@ class RequestSide(Protocol):
         """After `delay` s, cut the agent's connection with a TCP reset."""
 
 
+def decide(engine: Engine, msg: Message, exchange: Exchange, *, messages: bool = True) -> list[Fired]:
+    """The faults that fire on `msg` (on the HTTP exchange as a whole; with `messages`, on the JSON-RPC
+    message in its body too), named on the exchange's call line."""
+    fired = engine.decide(msg, messages=messages)
+    exchange.faults.extend(one.rule.name for one in fired)
+    return fired
+
+
 async def act_on_request(fired: Sequence[Fired], exchange: Exchange, side: RequestSide, relay: BodyRelay,
                          msg: Message) -> bool:
     """The actions that fired on request `msg`, carried out in rule order. True when the exchange ended

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from chaosproxy.adapters.execute import OUTCOMES, act_on_request, shape_body
+from chaosproxy.adapters.execute import OUTCOMES, act_on_request, decide, shape_body
 from chaosproxy.adapters.h1 import (
     AS_IS_NEVER,
     IDEMPOTENT,
@@ -38,7 +38,6 @@ from chaosproxy.adapters.http.route import Route
 from chaosproxy.adapters.shaping import Stage, shaped
 from chaosproxy.adapters.shaping import ending as body_ending
 from chaosproxy.engine.actions import Action, Respond
-from chaosproxy.engine.core import Fired
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
 from chaosproxy.protocols.a2a.relay import A2aExchange
@@ -157,7 +156,7 @@ class Inspection:
         headers = self.route.request_head(head, call, upgrade=head.upgrade, body_read=body is not None)
         if interest.acts(Phase.REQUEST):
             original = msg.body
-            if (fired := self._decide(msg)) and await act_on_request(fired, call, self, self.relay, msg):
+            if (fired := decide(engine, msg, call)) and await act_on_request(fired, call, self, self.relay, msg):
                 return
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
                 body = msg.body
@@ -310,7 +309,7 @@ class Inspection:
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
                             request=msg, route=msg.route)
             reply.api, reply.model, reply.turn, reply.a2a = msg.api, msg.model, msg.turn, msg.a2a
-            actions = [fired.action for fired in self._decide(reply, messages=False)]
+            actions = [fired.action for fired in decide(engine, reply, call, messages=False)]
         if exchange.no_body or response.status in (204, 304):
             call.finish(engine)
             exchange.start(response.status, response.reason, headers, length)
@@ -440,11 +439,6 @@ class Inspection:
             encoded = name.encode("latin-1")
             headers = [*without(headers, encoded.lower()), (encoded, value.encode("latin-1"))]
         return status, payload, headers
-
-    def _decide(self, msg: Message, *, messages: bool = True) -> list[Fired]:
-        fired = self.engine.decide(msg, messages=messages)
-        self.call.faults.extend(f.rule.name for f in fired)
-        return fired
 
 
 DECODABLE = frozenset({"identity", "gzip", "x-gzip", "deflate"})  # bodies rules can read (decoded if need be)

@@ -16,7 +16,7 @@ from mitmproxy.connection import Client
 from yarl import URL
 
 from chaosproxy.adapters import shaping
-from chaosproxy.adapters.execute import act_on_request, shape_body
+from chaosproxy.adapters.execute import act_on_request, decide, shape_body
 from chaosproxy.adapters.http.calls import Exchange, log_call
 from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, TRACE_CONTEXT, is_text
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
@@ -25,7 +25,7 @@ from chaosproxy.adapters.mitm.hosts import HostPatterns
 from chaosproxy.adapters.mitm.wire import Wire
 from chaosproxy.adapters.shaping import Stage
 from chaosproxy.engine.actions import Respond
-from chaosproxy.engine.core import Engine, Fired
+from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase, mirrored_headers
 from chaosproxy.engine.sessions import AGENT_HEADER, agent_name
 from chaosproxy.protocols.llm.relay import LlmExchange, LlmRelay
@@ -121,7 +121,7 @@ class ChaosAddon:
                         route=state.msg.route)
         reply.api, reply.model, reply.turn = state.msg.api, state.msg.model, state.msg.turn
         interest = self.engine.interest
-        fired = self._decide(reply, state, messages=False) if interest.acts(Phase.RESPONSE) else []
+        fired = decide(self.engine, reply, state, messages=False) if interest.acts(Phase.RESPONSE) else []
         per_message = interest.acts(Phase.RESPONSE, wire=False) if state.llm is None else state.llm.watching
         # A body of unknown length (chunked) is read whole only when a rule may act on this very
         # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
@@ -205,7 +205,7 @@ class ChaosAddon:
                 _set_body(flow.request, msg.body or b"")
         if self.engine.interest.acts(Phase.REQUEST):
             original = msg.body
-            fired = self._decide(msg, state)
+            fired = decide(self.engine, msg, state)
             if fired and await act_on_request(fired, state, _RequestSide(self, flow, state), self.relay, msg):
                 return
             if msg.body is not original:  # a fault rewrote the JSON-RPC request
@@ -237,11 +237,6 @@ class ChaosAddon:
             headers["connection"] = "close"
         wire = self.wire(flow) if ending in _CLOSING or pace is not None else None
         return Shaper(state, stages, wire, pace)
-
-    def _decide(self, msg: Message, state: Flow, *, messages: bool = True) -> list[Fired]:
-        fired = self.engine.decide(msg, messages=messages)
-        state.faults.extend(f.rule.name for f in fired)
-        return fired
 
     def wire(self, flow: http.HTTPFlow) -> Wire | None:
         wire = Wire.of(flow.client_conn, self.proxyserver)
