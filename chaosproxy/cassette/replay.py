@@ -274,7 +274,7 @@ class ReplayServer:
                                     [(name.decode("latin-1"), value.decode("latin-1")) for name, value in head.headers])
         if isinstance(answer, str):
             ops.warning("%s", answer)
-            self._error(exchange, 404, answer, body)
+            self._error(exchange, 404, answer, body, self._legacy_stream(head.target))
         elif answer.events is not None and (at := _endpoint_at(answer.events)) is not None:
             self._open_legacy(exchange, answer, answer.events, at)
         elif (stream := self._legacy_stream(head.target)) is not None:
@@ -352,8 +352,10 @@ class ReplayServer:
         elif answer.end == "cut":
             exchange.abort()
 
-    def _error(self, exchange: ClientExchange, status: int, message: str, body: bytes | None) -> None:
-        """No recorded answer: a JSON-RPC error for a JSON-RPC call, else `status` with a JSON error."""
+    def _error(self, exchange: ClientExchange, status: int, message: str, body: bytes | None,
+               stream: _LegacyStream | None = None) -> None:
+        """No recorded answer: a JSON-RPC error for a JSON-RPC call (on its legacy stream when it names one,
+        the POST itself accepted), else `status` with a JSON error."""
         request = json_or_none(body) if body else None
         if isinstance(request, dict) and request.get("jsonrpc") == "2.0" and "method" in request:
             if "id" not in request:  # a notification has no answer to carry an error
@@ -361,6 +363,10 @@ class ReplayServer:
                 return
             payload = orjson.dumps({"jsonrpc": "2.0", "id": request["id"],
                                     "error": {"code": NO_MATCH, "message": message}})
+            if stream is not None:
+                self._reply(exchange, 202, b"", b"")
+                stream.say(payload)
+                return
             self._reply(exchange, 200, payload, b"application/json")
             return
         payload = orjson.dumps({"error": {"code": status, "message": message, "type": "chaosproxy_replay"}})
@@ -398,6 +404,11 @@ class _LegacyStream:
         for event, _ in self.pending[:last + 1]:
             self.exchange.write(swaps.event(event.data) if swaps else event.data)
         del self.pending[:last + 1]
+
+    def say(self, message: bytes) -> None:
+        """A message of the replay's own on the stream (the error for a request the cassette lacks)."""
+        if not self.exchange.gone:
+            self.exchange.write(b"event: message\r\ndata: " + message + b"\r\n\r\n")
 
 
 def _endpoint_at(events: list[Event]) -> int | None:

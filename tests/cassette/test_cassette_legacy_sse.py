@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.helpers.cassette_support import proxy_to, replaying
 from tests.helpers.mcp_support import client, dump
@@ -41,3 +42,22 @@ def test_a_legacy_sse_session_is_replayed_to_the_sdk_client(server_loop, mcp_sse
             time.sleep(0.02)
         assert not server.legacy
     assert replayed == [recorded, recorded]
+
+
+def test_a_call_the_cassette_lacks_gets_its_error_on_the_stream(server_loop, mcp_sse, tmp_path):
+    """A legacy client reads every answer on its stream: the error naming the closest recorded request goes
+    there too (answered on the POST, it would wait for it until it gave up)."""
+    folder = tmp_path / "cassette"
+    with proxy_to(server_loop, mcp_sse, tmp_path / "log.jsonl", record=folder) as proxy:
+        asyncio.run(session(proxy.url))
+
+    async def unrecorded(base: str) -> str:
+        async with asyncio.timeout(20), client(f"{base}/sse", "legacy", read_timeout_seconds=10) as mcp:
+            await mcp.list_tools()
+            with pytest.raises(MCPError) as refused:
+                await mcp.call_tool("add", {"a": 1, "b": 1})
+            return str(refused.value)
+
+    with replaying(server_loop, folder) as server:
+        said = asyncio.run(unrecorded(server.url))
+    assert "closest" in said and "tools/call" in said, said
