@@ -11,7 +11,10 @@ MCP's legacy HTTP+SSE transport answers on another request than the one that ask
 names (`endpoint` event) where to POST, then carries the replies to those POSTs. Its replay hands out a
 session of its own in the endpoint (a path on the replay server, whatever host was recorded), and sends
 the recorded stream's messages when the live POST they answer comes, each reply with everything the
-server sent before it (notifications, its own requests), the live ids put in: never ahead of the request.
+server sent before it (notifications, its own requests), the live ids put in: never ahead of the request,
+and at once whatever `speed` says (the live POSTs set the pace). A request the cassette lacks gets its
+error on the stream too. Sessions are taken to be alike (a POST may take its answer from another recorded
+session of the same requests), and the session is read from the endpoint's query (`session_id`, `sessionId`).
 """
 
 from __future__ import annotations
