@@ -941,6 +941,16 @@ class Listener:
             self.sock.close()
 
 
+async def stop_serving(listener: Listener | None, tasks: set[asyncio.Task[None]]) -> None:
+    """Stop accepting agents and cancel the exchanges under way, waiting up to 1 s for them to end."""
+    if listener is not None:
+        listener.close()
+    for task in list(tasks):
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=1)
+
+
 def ignore(_: object) -> None:
     """A pipe's end that takes what it is given and does nothing with it."""
 

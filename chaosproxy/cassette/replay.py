@@ -38,6 +38,7 @@ from chaosproxy.adapters.h1 import (
     ClientLimits,
     Headers,
     Listener,
+    stop_serving,
 )
 from chaosproxy.cassette.format import Cassette, Event, Exchange, Frame
 from chaosproxy.cassette.match import Index, Key, frame_key, json_or_none, no_match_message, request_key
@@ -234,12 +235,7 @@ class ReplayServer:
         return int(self.sock.getsockname()[1])
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=1)
+        await stop_serving(self._listener, self._tasks)
         for conn in list(self.connections):
             conn.transport.close()
 

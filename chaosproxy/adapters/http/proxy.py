@@ -20,6 +20,7 @@ from chaosproxy.adapters.h1 import (
     Listener,
     keeps_alive,
     method_name,
+    stop_serving,
     without_keep_alive,
 )
 from chaosproxy.adapters.http.calls import Call, open_span
@@ -133,12 +134,7 @@ class HttpProxy:
     async def stop(self) -> None:
         if self._sweep is not None:
             self._sweep.cancel()
-        if self._listener is not None:
-            self._listener.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=1)
+        await stop_serving(self._listener, self._tasks)
         for route in self.routes:
             route.pool.close()
         self.deadlines.close()
