@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib.resources
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +18,10 @@ import aiohttp
 import orjson
 
 from chaosproxy.adapters.http import HttpProxy
-from chaosproxy.control.runtime import open_engine, run_async
 from chaosproxy.demo import a2a_agent
 from chaosproxy.demo.agents import Outcomes, say
-from chaosproxy.demo.story import _html_report, _summary
-from chaosproxy.engine.scenario import parse_scenario
+from chaosproxy.demo.story import Fired, play
+from chaosproxy.engine.core import Engine
 from chaosproxy.telemetry.log_schema import Event, Key
 
 ACT = "A2A delegation"
@@ -35,24 +32,17 @@ TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", 
 
 
 def run_a2a_demo(log_path: Path | None = None) -> int:
-    text = importlib.resources.files("chaosproxy").joinpath("data/demo-a2a.yaml").read_text()
-    log_path = log_path or Path(tempfile.mkstemp(prefix="chaosproxy-demo-a2a-", suffix=".jsonl")[1])
-    with open_engine("demo-a2a.yaml", scenario=parse_scenario(text, "demo-a2a.yaml"), log_path=log_path) as engine:
-        outcomes, fired = run_async(_demo(engine))
-        engine.log.flush()
-    _summary({ACT: outcomes}, fired)
-    print(f"\nperturbation log: {log_path}  (one JSON line per fault and per call)")
-    print(f"HTML report:      {_html_report(log_path)}")
+    play("demo-a2a.yaml", _demo, log_path)
     print("scenarios/a2a/ has one scenario per A2A fault; scenarios/suites/a2a.yaml drills an agent over them")
     return 0
 
 
-async def _demo(engine: Any) -> tuple[Outcomes, collections.Counter[tuple[str, str]]]:
+async def _demo(engine: Engine) -> tuple[dict[str, Outcomes], Fired]:
     runner, port = await a2a_agent.start()
     proxy = HttpProxy(engine, f"http://127.0.0.1:{port}")
     base = f"http://127.0.0.1:{await proxy.start('127.0.0.1', 0)}"
     print(f"chaosproxy {base} -> remote agent http://127.0.0.1:{port}  (scenario demo-a2a.yaml, seed {engine.seed})")
-    fired: collections.Counter[tuple[str, str]] = collections.Counter()
+    fired: Fired = collections.Counter()
 
     def show_fault(event: dict[str, Any]) -> None:
         if event[Key.EVENT] == Event.FAULT:
@@ -68,7 +58,7 @@ async def _demo(engine: Any) -> tuple[Outcomes, collections.Counter[tuple[str, s
         unsubscribe()
         await proxy.stop()
         await runner.cleanup()
-    return outcomes, fired
+    return {ACT: outcomes}, fired
 
 
 async def delegating_agent(client: aiohttp.ClientSession, base: str) -> Outcomes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import importlib.resources
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +21,41 @@ import aiohttp
 from chaosproxy.adapters.http import HttpProxy
 from chaosproxy.control.runtime import open_engine, run_async
 from chaosproxy.demo import agents, llm_server, mcp_lite, tool_server
+from chaosproxy.demo.agents import Outcomes
+from chaosproxy.engine.core import Engine
 from chaosproxy.engine.scenario import parse_scenario
 from chaosproxy.telemetry.log_schema import Event, Key
 
 ACTS = ("REST tool API", "MCP server", "model API")
 
 
-def run_demo(log_path: Path | None = None) -> int:
-    text = importlib.resources.files("chaosproxy").joinpath("data/demo.yaml").read_text()
-    log_path = log_path or Path(tempfile.mkstemp(prefix="chaosproxy-demo-", suffix=".jsonl")[1])
-    with open_engine("demo.yaml", scenario=parse_scenario(text, "demo.yaml"), log_path=log_path) as engine:
-        outcomes, fired = run_async(_demo(engine))
+Fired = collections.Counter[tuple[str, str]]  # faults fired, by (rule, fault type)
+Acts = Callable[[Engine], Coroutine[Any, Any, tuple[dict[str, Outcomes], Fired]]]
+
+
+def play(scenario: str, acts: Acts, log_path: Path | None) -> None:
+    """Run a demo's acts under the bundled scenario `scenario` (in chaosproxy/data/); say what each act's
+    agent met and where the log and its HTML report are."""
+    text = importlib.resources.files("chaosproxy").joinpath(f"data/{scenario}").read_text()
+    prefix = f"chaosproxy-{scenario.removesuffix('.yaml')}-"
+    log_path = log_path or Path(tempfile.mkstemp(prefix=prefix, suffix=".jsonl")[1])
+    with open_engine(scenario, scenario=parse_scenario(text, scenario), log_path=log_path) as engine:
+        outcomes, fired = run_async(acts(engine))
         engine.log.flush()
     _summary(outcomes, fired)
-    report = _html_report(log_path)
     print(f"\nperturbation log: {log_path}  (one JSON line per fault and per call)")
-    print(f"HTML report:      {report}")
+    print(f"HTML report:      {_html_report(log_path)}")
+
+
+def run_demo(log_path: Path | None = None) -> int:
+    play("demo.yaml", _demo, log_path)
     print("run it again: the bundled scenario pins seed 42, so the same calls meet the same faults")
     print("\nnow try it on your own server: chaosproxy run --upstream http://HOST:PORT --scenario FILE,")
     print("  then point your agent at http://127.0.0.1:8800 (scenarios/ has one per fault; docs/getting-started.md)")
     return 0
 
 
-async def _demo(engine: Any) -> tuple[dict[str, collections.Counter[str]], collections.Counter[tuple[str, str]]]:
+async def _demo(engine: Engine) -> tuple[dict[str, Outcomes], Fired]:
     servers = [await tool_server.start(), await mcp_lite.start(), (await llm_server.start())[:2]]
     routes = {"/rest": f"http://127.0.0.1:{servers[0][1]}", "/mcp": f"http://127.0.0.1:{servers[1][1]}",
               "/llm": f"http://127.0.0.1:{servers[2][1]}"}
@@ -50,7 +63,7 @@ async def _demo(engine: Any) -> tuple[dict[str, collections.Counter[str]], colle
     base = f"http://127.0.0.1:{await proxy.start('127.0.0.1', 0)}"
     print(f"chaosproxy {base}  (scenario demo.yaml, seed {engine.seed}), one route per act: "
           + ", ".join(f"{prefix} -> {url}" for prefix, url in routes.items()))
-    fired: collections.Counter[tuple[str, str]] = collections.Counter()
+    fired: Fired = collections.Counter()
 
     def show_fault(event: dict[str, Any]) -> None:
         if event[Key.EVENT] == Event.FAULT:
@@ -78,8 +91,7 @@ async def _demo(engine: Any) -> tuple[dict[str, collections.Counter[str]], colle
     return outcomes, fired
 
 
-def _summary(outcomes: dict[str, collections.Counter[str]],
-             fired: collections.Counter[tuple[str, str]]) -> None:
+def _summary(outcomes: dict[str, Outcomes], fired: Fired) -> None:
     print("\n== Robustness summary")
     print(f"  {'act':15s} {'tasks':>5s} {'succeeded':>9s} {'recovered':>9s} {'failed':>6s}")
     for act, counts in outcomes.items():
