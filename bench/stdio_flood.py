@@ -3,7 +3,7 @@
 The server answers one request with N notifications of 1 MiB each, written as fast as the pipe takes
 them, then the reply. The host sends the request and reads nothing for --stall seconds, then reads
 everything. Measured side by side in one run: the relay with no rules, and with every server message
-delayed (`latency delay_ms: 100, at: response`). Printed: the relay's peak RSS (VmHWM) while the host
+delayed (`latency delay_ms: 100, phase: response`). Printed: the relay's peak RSS (VmHWM) while the host
 stalls, and whether all N notifications and the reply arrived, in order, afterwards.
 
 A held direction is bounded by LANE_BYTES of lines (chaosproxy/adapters/stdio.py) plus the line in
@@ -40,7 +40,7 @@ out.flush()
 sys.stdin.buffer.read()  # until the host hangs up
 '''
 
-DELAYED = "rules:\n  - name: late\n    fault: {type: latency, delay_ms: 100, at: response}\n"
+DELAYED = "rules:\n  - name: late\n    fault: {type: latency, delay_ms: 100, phase: response}\n"
 
 
 def peak_rss_mib(pid: int) -> float:

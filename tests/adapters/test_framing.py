@@ -23,7 +23,7 @@ from tests.helpers.support import call_lines, rule
 
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 REPLY = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}]}}
-LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "at": "response"})
+LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "phase": "response"})
 
 
 def get(path: str, *extra: str) -> bytes:
@@ -408,7 +408,7 @@ def test_a_request_upstream_failed_is_not_matched_to_a_later_reply_on_the_legacy
         await writer.drain()
         await asyncio.sleep(5)  # the stream stays open; the test has read what it needs by then
 
-    proxy = make_proxy(rule("lost", {"type": "rpc_error", "at": "response", "message": "reply lost"},
+    proxy = make_proxy(rule("lost", {"type": "rpc_error", "phase": "response", "message": "reply lost"},
                             match={"tool": "lookup"}), to=scripted(script).url)
     call = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "lookup"}})
     with RawClient(proxy.url) as stream, RawClient(proxy.url) as poster:
@@ -469,7 +469,7 @@ async def test_two_agents_with_the_same_rpc_ids_get_their_own_replies(make_proxy
     from tests.helpers.mcp_support import serve
 
     with serve("http", "--stateless") as base:
-        proxy = make_proxy(rule("only-a", {"type": "rpc_error", "at": "response", "message": "lost for a"},
+        proxy = make_proxy(rule("only-a", {"type": "rpc_error", "phase": "response", "message": "lost for a"},
                                 match={"tool": "count", "header": {"X-Agent": "a"}}), to=base)
 
         async def agent(name: str) -> list[bool]:

@@ -22,7 +22,7 @@ from tests.helpers.framing_support import RawClient, ScriptedUpstream, read_requ
 from tests.helpers.support import rule
 
 FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-WATCHING = rule("lost", {"type": "rpc_error", "at": "response", "message": "reply lost"}, match={"tool": "search"})
+WATCHING = rule("lost", {"type": "rpc_error", "phase": "response", "message": "reply lost"}, match={"tool": "search"})
 CALL = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search"}})
 
 tokens = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters=":"), min_size=1,

@@ -155,7 +155,7 @@ async def test_results_are_identical_direct_and_through_the_proxy(tmp_path: Path
 NEVER = [  # rules that make the relay decide on every line in both directions, yet never fire
     {"name": "never-request", "match": {"method": "no/such"}, "fault": {"type": "latency", "delay_ms": 1}},
     {"name": "never-response", "match": {"method": "no/such"},
-     "fault": {"type": "latency", "delay_ms": 1, "at": "response"}}]
+     "fault": {"type": "latency", "delay_ms": 1, "phase": "response"}}]
 AWKWARD_LINES = [
     rpc(1, "ping"),
     b'{ "id" : "x", "method":"tools/call" ,"jsonrpc":"2.0",'
@@ -204,7 +204,7 @@ def test_stdout_carries_nothing_but_frames(raw, tmp_path: Path):
     """Verbose operational log and the perturbation log both on stderr, faults firing: stdout stays clean."""
     scenario = scenario_file(tmp_path, {"name": "slow", "fault": {"type": "latency", "delay_ms": 5}},
                              {"name": "slow-back",
-                              "fault": {"type": "latency", "delay_ms": 5, "at": "response"}})
+                              "fault": {"type": "latency", "delay_ms": 5, "phase": "response"}})
     client = RawClient([sys.executable, "-m", "chaosproxy", "-v", "stdio", "--scenario", str(scenario), "--",
                         *MCP_SERVER])
     try:
@@ -265,7 +265,7 @@ async def test_rewritten_and_garbled_replies_reach_the_agent(tmp_path: Path, mod
     scenario = scenario_file(
         tmp_path,
         {"name": "lost-reply", "match": {"tool": "weather"},
-         "fault": {"type": "rpc_error", "at": "response", "code": -32603, "message": "reply lost"}},
+         "fault": {"type": "rpc_error", "phase": "response", "code": -32603, "message": "reply lost"}},
         {"name": "stray", "match": {"tool": "add"}, "fault": {"type": "malformed", "variant": "stray_line"}})
     async with Client(proxied(log, "--scenario", str(scenario)), mode=mode) as session:
         with pytest.raises(MCPError, match="reply lost"):
@@ -329,7 +329,7 @@ def test_delayed_messages_still_arrive_when_the_agent_hangs_up(tmp_path: Path, e
         tmp_path,
         {"name": "late-request", "match": {"method": "slow"}, "fault": {"type": "latency", "delay_ms": 500}},
         {"name": "late-reply", "match": {"method": "later"},
-         "fault": {"type": "latency", "delay_ms": 500, "at": "response"}})
+         "fault": {"type": "latency", "delay_ms": 500, "phase": "response"}})
     done = subprocess.run([*PROXY, "--scenario", str(scenario), "--", *echo_server],
                           input=rpc(1, "slow") + rpc(2, "later"), capture_output=True, timeout=WAIT)
     assert done.returncode == 0, done.stderr

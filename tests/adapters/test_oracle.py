@@ -39,7 +39,7 @@ HOP = {b"connection", b"keep-alive", b"te", b"trailer", b"transfer-encoding", b"
 REQUEST_ASIDE = HOP | {b"host", b"expect"}
 NEVER_ON_REQUEST = {"rules": [{**rule("never", {"type": "http_error", "status": 503})["rules"][0],
                                "probability": 0.0}]}
-NEVER_ON_REPLY = {"rules": [{**rule("never", {"type": "rpc_error", "at": "response"})["rules"][0],
+NEVER_ON_REPLY = {"rules": [{**rule("never", {"type": "rpc_error", "phase": "response"})["rules"][0],
                              "probability": 0.0}]}
 PATHS = {"plain": "rules: []", "handed over": NEVER_ON_REQUEST, "inspected": NEVER_ON_REPLY}
 # CI's bounded run; bench/oracle_long.py sets CHAOSPROXY_ORACLE_EXAMPLES for a longer one
@@ -342,7 +342,7 @@ def test_every_path_gives_the_agent_and_the_upstream_what_direct_does(make_proxy
 FAULTS_ON_REPLIES = {
     "typos": {"type": "typos", "rate": 0.3},
     "typos that may change nothing": {"type": "typos", "rate": 0.01},
-    "an error at random": {"type": "rpc_error", "at": "response"},
+    "an error at random": {"type": "rpc_error", "phase": "response"},
 }
 
 

@@ -37,7 +37,7 @@ def ops_lines():
 
 CALL = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
 REPLY = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "found"}]}}
-LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "at": "response"},
+LOST = rule("lost", {"type": "rpc_error", "code": -32603, "message": "reply lost", "phase": "response"},
             match={"method": "tools/call"})
 NEVER = {"rules": [{**LOST["rules"][0], "probability": 0.0}]}  # matches, reads the reply, never fires
 MATCHES_REQUEST = rule("slow", {"type": "latency", "delay_ms": 1}, match={"method": "tools/call"})

@@ -29,7 +29,7 @@ HELD = {  # each holds a call to `search` for HOLD_S, in one of the ways a fault
     "hang-released": {"type": "hang", "release_after_ms": HOLD_S * 1000},
     "timeout": {"type": "timeout", "after_ms": HOLD_S * 1000},
     "late-request": {"type": "latency", "delay_ms": HOLD_S * 1000},
-    "late-reply": {"type": "latency", "delay_ms": HOLD_S * 1000, "at": "response"},
+    "late-reply": {"type": "latency", "delay_ms": HOLD_S * 1000, "phase": "response"},
 }
 
 
@@ -69,7 +69,7 @@ async def test_notifications_stay_before_the_reply_they_precede(tmp_path: Path):
     log = tmp_path / "log.jsonl"
     scenario = scenario_file(tmp_path, {
         "name": "late-progress", "match": {"method": "notifications/progress"}, "probability": 0.7,
-        "fault": {"type": "latency", "delay_ms": 150, "jitter_ms": 140, "at": "response"}})
+        "fault": {"type": "latency", "delay_ms": 150, "jitter_ms": 140, "phase": "response"}})
     progress: list[float] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -94,7 +94,7 @@ async def test_a_flood_under_a_delay_is_held_in_bytes_not_messages(tmp_path: Pat
     the relay holds a few MiB and stops reading the server (which waits), then everything arrives."""
     log = tmp_path / "log.jsonl"
     scenario = scenario_file(tmp_path, {"name": "late", "fault": {"type": "latency", "delay_ms": 100,
-                                                                   "at": "response"}})
+                                                                   "phase": "response"}})
     resume = anyio.Event()
     notes: list[str] = []
     result: list[Any] = []
@@ -125,7 +125,7 @@ async def test_a_server_that_dies_while_its_reply_is_held_is_seen_dying_at_once(
     """Issue 23 defect 8: the agent learned of the crash only after two 10 s grace periods."""
     log = tmp_path / "log.jsonl"
     scenario = scenario_file(tmp_path, {"name": "late", "match": {"tool": "crash_soon"},
-                                        "fault": {"type": "latency", "delay_ms": 30_000, "at": "response"}})
+                                        "fault": {"type": "latency", "delay_ms": 30_000, "phase": "response"}})
     with anyio.fail_after(WAIT):
         async with Client(proxied(log, "--scenario", str(scenario), server=TEST_SERVER)) as session:
             started = time.monotonic()

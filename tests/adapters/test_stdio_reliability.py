@@ -62,7 +62,7 @@ def script(tmp_path: Path, name: str, text: str) -> list[str]:
 def test_notifications_are_never_overtaken_under_latency(tmp_path: Path):
     rules = scenario_file(tmp_path, {"name": "slow-notes", "match": {"method": "notifications/*"},
                                      "probability": 0.5,
-                                     "fault": {"type": "latency", "delay_ms": 2, "at": "response"}})
+                                     "fault": {"type": "latency", "delay_ms": 2, "phase": "response"}})
     burst = script(tmp_path, "burst.py", BURST_SERVER)
     done = subprocess.run([*PROXY, "--scenario", str(rules), "--", *burst],
                           input=rpc(1, "burst", n=2000), capture_output=True, timeout=WAIT)
@@ -147,7 +147,7 @@ def test_a_killed_relay_leaves_no_orphan(stubborn):
 
 def test_a_100_mb_line_and_binary_garbage_pass_through_unheld(tmp_path: Path):
     rules = scenario_file(tmp_path, {"name": "watch", "match": {"method": "never"},  # lines are examined
-                                     "fault": {"type": "latency", "delay_ms": 1, "at": "response"}})
+                                     "fault": {"type": "latency", "delay_ms": 1, "phase": "response"}})
     log = tmp_path / "log.jsonl"
     relay = subprocess.Popen([*PROXY, "--scenario", str(rules), "--log", str(log), "--",
                               *script(tmp_path, "flood.py", FLOOD_SERVER.format(mib=100))],

@@ -93,7 +93,7 @@ SWAPS = [
                        "fault": {"type": "latency", "delay_ms": 2}}]},
     {"rules": [{**FLAKY, "probability": 0.5},
                {"name": "slow-reply", "match": {"path": "/api/*"},
-                "fault": {"type": "latency", "delay_ms": 1, "at": "response"}}]},
+                "fault": {"type": "latency", "delay_ms": 1, "phase": "response"}}]},
     {"rules": [{"name": "elsewhere", "match": {"path": "/nowhere"}, "fault": {"type": "reset"}}]},
 ]
 

@@ -176,7 +176,7 @@ READ = b'{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file
     ({"type": "rename_tool", "tool": "add", "to": "plus"}, b'{"query": "rest"}', True),  # not JSON-RPC
     ({"type": "error_in_success"}, CALL, True),  # it changes tool results
     ({"type": "typos"}, READ, True),  # a content fault: also a reply that is not JSON-RPC
-    ({"type": "latency", "delay_ms": 1, "at": "response"}, CALL, True),  # a rule on the whole response
+    ({"type": "latency", "delay_ms": 1, "phase": "response"}, CALL, True),  # a rule on the whole response
 ])
 def test_a_reply_is_read_only_where_a_rule_could_act_on_it(fault, body, could):
     engine, _ = engine_for([{"name": "r", "fault": fault}])

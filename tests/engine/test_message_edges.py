@@ -83,7 +83,7 @@ async def test_the_proxys_own_reply_on_a_legacy_stream_is_not_faulted_again(run_
     proc, port, log = run_proxy(mcp_sse, [
         {"name": "refuse", "match": {"tool": "search"}, "fault": {"type": "rpc_error", "message": "refused here"}},
         {"name": "lose-replies", "match": {"http_method": "GET"}, "after": 1,  # every reply on the stream
-         "fault": {"type": "rpc_error", "at": "response", "message": "reply lost"}}])  # but initialize's
+         "fault": {"type": "rpc_error", "phase": "response", "message": "reply lost"}}])  # but initialize's
     async with client(f"http://127.0.0.1:{port}/sse") as session:
         with pytest.raises(MCPError, match="refused here"):
             await session.call_tool("search", {"query": "x"})
@@ -97,7 +97,7 @@ async def test_the_proxys_own_reply_on_a_legacy_stream_is_not_faulted_again(run_
 @pytest.mark.slow
 def test_a_legacy_stream_nobody_reads_holds_a_bounded_queue(run_proxy, scripted: str):
     proc, port, _ = run_proxy(scripted, [{"name": "watch", "match": {"method": "never/*"},
-                                          "fault": {"type": "rpc_error", "at": "response"}}])
+                                          "fault": {"type": "rpc_error", "phase": "response"}}])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request("GET", "/sse")
     response = conn.getresponse()

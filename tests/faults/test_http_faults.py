@@ -49,7 +49,7 @@ async def test_latency_distributions_stay_in_range(make_proxy, distribution, ext
 
 
 async def test_latency_on_response(make_proxy):
-    proxy = make_proxy(rule("slow-reply", {"type": "latency", "delay_ms": 250, "at": "response"}))
+    proxy = make_proxy(rule("slow-reply", {"type": "latency", "delay_ms": 250, "phase": "response"}))
     assert await elapsed(proxy.url + "/health") >= 0.24
     assert proxy.events("fault")[0]["phase"] == "response"
 

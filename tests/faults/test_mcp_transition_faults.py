@@ -43,7 +43,7 @@ async def test_rpc_error_on_request(make_proxy, mcp_http, mode):
 
 @pytest.mark.slow
 async def test_rpc_error_replacing_the_reply(make_proxy, mcp_json):
-    proxy = make_proxy(once({"type": "rpc_error", "code": -32603, "at": "response"}), to=mcp_json)
+    proxy = make_proxy(once({"type": "rpc_error", "code": -32603, "phase": "response"}), to=mcp_json)
     error = await first_then_second(proxy.url + "/mcp")
     assert isinstance(error, MCPError) and error.error.code == -32603
     [fault] = proxy.events("fault")

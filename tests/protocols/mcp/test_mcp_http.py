@@ -13,7 +13,7 @@ from tests.helpers.mcp_support import client, dump, serve
 
 ERAS = ["auto", "legacy"]  # auto negotiates the 2026-07-28 era with this server; legacy forces the handshake
 WATCH = {"rules": [{"name": "never", "match": {"tool": "no-such-tool"},
-                    "fault": {"type": "latency", "delay_ms": 1, "at": "response"}}]}
+                    "fault": {"type": "latency", "delay_ms": 1, "phase": "response"}}]}
 
 
 async def session_transcript(url: str, mode: str) -> dict:
