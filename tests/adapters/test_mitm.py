@@ -528,7 +528,8 @@ async def test_rpc_error_answers_a_call_in_place_of_upstream(make_mitm):
 
 
 async def test_reply_rewritten_in_a_json_body(make_mitm):
-    mitm = make_mitm(rule("lost", {"type": "rpc_error", "phase": "response", "message": "lost"}, match={"tool": "search"}))
+    mitm = make_mitm(rule("lost", {"type": "rpc_error", "phase": "response", "message": "lost"},
+                          match={"tool": "search"}))
     status, headers, body = await mitm.fetch(mitm.intercepted + "/rpc", "POST", json=CALL)
     reply = json.loads(body)
     assert status == 200 and reply["error"]["message"] == "lost" and reply["id"] == 7
@@ -538,7 +539,8 @@ async def test_reply_rewritten_in_a_json_body(make_mitm):
 
 
 async def test_reply_rewritten_per_sse_event(make_mitm):
-    mitm = make_mitm(rule("lost", {"type": "rpc_error", "phase": "response", "message": "lost"}, match={"tool": "search"}))
+    mitm = make_mitm(rule("lost", {"type": "rpc_error", "phase": "response", "message": "lost"},
+                          match={"tool": "search"}))
     started = time.perf_counter()
     status, _, body = await mitm.fetch(mitm.intercepted + "/rpc-stream", "POST", json=CALL)
     assert status == 200 and time.perf_counter() - started < 5
