@@ -129,9 +129,9 @@ class Fraction(Stage):
             self.held += chunks
             self.size += sum(map(len, chunks))
             now = time.monotonic()
-            if self.deadline is None:
-                self.deadline = now + FRACTION_WAIT_S
-            if not end and (self.size > self.max_held or now >= self.deadline):
+            if self.deadline is None and chunks:  # the wait is for a body that began: a stage before this
+                self.deadline = now + FRACTION_WAIT_S  # one holding the body whole (mitm's) hands it none
+            if not end and (self.size > self.max_held or (self.deadline is not None and now >= self.deadline)):
                 held, self.held, self.ending, self.deadline = self.held, None, None, None
                 self.unended()
                 return held
