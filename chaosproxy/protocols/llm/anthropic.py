@@ -40,15 +40,21 @@ def parse_request(body: dict[str, Any]) -> Request:
 def _result(block: dict[str, Any], *, newest: bool) -> ToolResult:
     original = block.get("content")
     is_error = block.get("is_error")
+    flagged = "is_error" in block
 
-    def put(result: dict[str, Any]) -> str | None:
-        block["content"] = view.result_from_mcp(result, original, TEXT)
-        if result.get("isError") is not None and (result["isError"] or "is_error" in block):
-            block["is_error"] = result["isError"]
-        return None
+    def form(result: dict[str, Any]) -> tuple[Any, Any]:
+        """The block's content and is_error for `result` (a flag set, or unset where the block had one)."""
+        error = result.get("isError")
+        return view.result_from_mcp(result, original, TEXT), error if error is not None and (
+            error or flagged) else is_error
+
+    def put(result: dict[str, Any]) -> None:
+        block["content"], error = form(result)
+        if error is not is_error:
+            block["is_error"] = error
 
     flag = is_error if isinstance(is_error, bool) else None
-    return ToolResult(block["tool_use_id"], lambda: view.result_to_mcp(original, flag, TEXT), put, newest)
+    return ToolResult(block["tool_use_id"], lambda: view.result_to_mcp(original, flag, TEXT), put, form, newest)
 
 
 def _is_tool_use(block: dict[str, Any]) -> bool:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 from collections import ChainMap, OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from chaosproxy.engine.actions import BlankCompletion, FailStream, Garble, Rewrite
+from chaosproxy.engine.actions import Action, BlankCompletion, FailStream, Garble, Rewrite
 from chaosproxy.engine.actions import Reply as ReplyAction
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.interest import Interest
@@ -182,8 +182,11 @@ class LlmExchange:
         self._watched: dict[str, bool] = {}  # tool name -> whether a call to it may be changed
         self._error_points: frozenset[int] | None = None
 
-    def _decide(self, message: Message, key: str | None = None) -> list[Fired]:
-        fired = self.engine.decide(message, wire=False, key=key)
+    def _decide(self, message: Message, key: str | None = None, *,
+                carries: Callable[[Action], bool]) -> list[Fired]:
+        """The faults that fire on a synthetic message: only those whose action this exchange carries out
+        on the body or the stream (others would change nothing the agent or the model gets)."""
+        fired = self.engine.decide(message, wire=False, key=key, carries=carries)
         self.faults.extend(f.rule.name for f in fired)
         return fired
 
@@ -232,7 +235,8 @@ class LlmExchange:
         assert tools is not None
         listing = view.tools_list(self.msg, tools)
         before = listing.rpc
-        fired = self._decide(listing, key_of("tools", orjson.dumps(self.body.get("tools"))))
+        fired = self._decide(listing, key_of("tools", orjson.dumps(self.body.get("tools"))),
+                             carries=_rewrites(listing, lambda rpc: (rpc.get("result") or {}).get("tools"), list))
         if not fired or listing.rpc is before:
             return False
         shown = listing.rpc["result"]["tools"]  # type: ignore[index]
@@ -271,11 +275,9 @@ class LlmExchange:
                 new = self._decide_result(result, calls.get(result.call_id) or self._relayed_call(result.call_id))
             if new is None or new == result.result:
                 continue
-            if (reason := result.put(new)) is not None:
-                if not answered:
-                    self.relay.skip(self.msg, f"tool result {result.call_id}: {reason}")
-                    continue
-                result.put({k: v for k, v in new.items() if k != "isError"})
+            if answered and result.refuses(new) is not None:  # the proxy's error, as the format can say it
+                new = {k: v for k, v in new.items() if k != "isError"}
+            result.put(new)
             changed = True
         return changed
 
@@ -283,7 +285,18 @@ class LlmExchange:
         """The newest tool result through the engine, as the tools/call result of `call`; None: unchanged."""
         message = view.tool_result(self.msg, call, result.result)
         before = message.rpc
-        fired = self._decide(message, key_of("result", result.call_id, orjson.dumps(result.result)))
+
+        def carries(action: Action) -> bool:
+            if isinstance(action, Garble):
+                return True
+            new = action.message.get("result") if isinstance(action, Rewrite) else None
+            if not isinstance(new, dict) or result.form(new) == result.form((message.rpc or {}).get("result") or {}):
+                return False
+            if (reason := result.refuses(new)) is not None:
+                self.relay.skip(self.msg, f"tool result {result.call_id}: {reason}")
+            return reason is None
+
+        fired = self._decide(message, key_of("result", result.call_id, orjson.dumps(result.result)), carries=carries)
         garbled = [f.action.raw for f in fired if isinstance(f.action, Garble)]
         new: dict[str, Any] | None = None
         if garbled:  # a broken frame: the model reads the broken text as the tool's result
@@ -309,7 +322,8 @@ class LlmExchange:
             if new is None and i == len(prompts) - 1 and self.interest.prompt:
                 message = view.prompt(self.msg, text.text)
                 before = message.rpc
-                self._decide(message, key_of("prompt", text.text))
+                self._decide(message, key_of("prompt", text.text),
+                             carries=_rewrites(message, lambda rpc: (rpc.get("params") or {}).get("text"), str))
                 if message.rpc is not before:
                     new = message.rpc["params"]["text"]  # type: ignore[index]
                     memory.remember(text.text, new)
@@ -372,12 +386,13 @@ class LlmExchange:
         """What empty_completion does to this reply, decided (and logged) now: at the reply's first output."""
         if not self._empty_faults():
             return None
-        fired = self._decide(view.completion(self.msg))
+        fired = self._decide(view.completion(self.msg), carries=lambda action: isinstance(action, BlankCompletion))
         return next((f.action for f in reversed(fired) if isinstance(f.action, BlankCompletion)), None)
 
     def stream_error(self, relayed: int) -> tuple[str, bytes] | None:
         """The error event to send in place of the next one, `relayed` events into the stream, or None."""
-        fired = self._decide(view.stream_event(self.msg, relayed))
+        fired = self._decide(view.stream_event(self.msg, relayed),
+                             carries=lambda action: isinstance(action, FailStream))
         return next(((f.action.event, f.action.data) for f in fired if isinstance(f.action, FailStream)), None)
 
     def relay_body(self, payload: bytes, status: int | None, headers: Mapping[str, str]) -> bytes:
@@ -444,12 +459,14 @@ class LlmExchange:
         headers = ChainMap(content_type, self.msg.headers)  # type: ignore[arg-type]
         message = view.tool_call(self.msg, call, headers=headers)
         before = message.rpc
-        fired = self._decide(message, key_of("call", call.name, call.arguments))
+
+        def carries(action: Action) -> bool:  # an answer (the model gets it next turn), or another call
+            return isinstance(action, ReplyAction) or isinstance(action, Rewrite) and _as_sent(
+                call, action.message) != _as_sent(call, message.rpc or {})
+
+        fired = self._decide(message, key_of("call", call.name, call.arguments), carries=carries)
         params = (message.rpc or {}).get("params") or {}
-        name = named if isinstance(named := params.get("name"), str) else call.name
-        arguments = call.arguments
-        if message.rpc is not before:
-            arguments = _arguments_text(call, params.get("arguments"))
+        name, arguments = (call.name, call.arguments) if message.rpc is before else _as_sent(call, message.rpc or {})
         answered = next((f.action for f in fired if isinstance(f.action, ReplyAction)), None)
         imitated = name not in self.agent_tools and name in self.memory.counterparts
         if imitated:  # a tool the proxy made up: the agent runs the one it imitates
@@ -468,6 +485,22 @@ class LlmExchange:
 def _acts_on_calls(fault: Fault) -> bool:
     """A request-side message fault that may change a tool call (not a model-API fault on something else)."""
     return not isinstance(fault, LlmFault) or fault.target == "call"
+
+
+def _rewrites(view: Message, part: Callable[[dict[str, Any]], Any], kind: type) -> Callable[[Action], bool]:
+    """Whether an action puts a new `part` (of the `kind` the body holds there) in `view`'s message: all
+    the relay writes back of a tools array or a prompt."""
+    def carries(action: Action) -> bool:
+        new = part(action.message) if isinstance(action, Rewrite) else None
+        return isinstance(new, kind) and new != part(view.rpc or {})
+    return carries
+
+
+def _as_sent(call: ToolCall, rpc: dict[str, Any]) -> tuple[str, str]:
+    """The name and arguments (JSON text) a tools/call message of `call` puts in the model's reply."""
+    params = rpc.get("params") or {}
+    name = params.get("name")
+    return name if isinstance(name, str) else call.name, _arguments_text(call, params.get("arguments"))
 
 
 def _arguments_text(call: ToolCall, new: Any) -> str:

@@ -44,14 +44,18 @@ class Text:
 class ToolResult:
     """A tool result the agent sends back, as an MCP tools/call result.
 
-    `put` writes a changed MCP result into the body; it returns a reason when the format cannot carry
-    the change (Chat Completions has no error flag on tool messages), else None.
+    `put` writes a changed MCP result into the body. Before, a relay asks `refuses` why the format cannot
+    carry one (Chat Completions has no error flag on tool messages), or None, and `form` what of it the
+    format carries (its content, not its structuredContent): a fault whose outcome is refused or carries
+    no other form must not fire, as it would change nothing the model gets.
     """
 
     call_id: str
     read: Callable[[], dict[str, Any]]  # the MCP form, built when first asked for (old results rarely are)
-    put: Callable[[dict[str, Any]], str | None]
+    put: Callable[[dict[str, Any]], None]
+    form: Callable[[dict[str, Any]], Any]
     newest: bool
+    refuses: Callable[[dict[str, Any]], str | None] = lambda result: None
     _result: dict[str, Any] | None = None
 
     @property
@@ -180,13 +184,14 @@ def flagless_result(holder: dict[str, Any], key: str, call_id: str, text_type: s
     """A tool result kept under `key` of a format's item that has no error flag (`carrier` names it)."""
     original = holder.get(key)
 
-    def put(result: dict[str, Any]) -> str | None:
-        if result.get("isError") is True:
-            return f"{carrier} carry no error flag"
-        holder[key] = result_from_mcp(result, original, text_type)
-        return None
+    def form(result: dict[str, Any]) -> Any:
+        return result_from_mcp(result, original, text_type)
 
-    return ToolResult(call_id, lambda: result_to_mcp(original, None, text_type), put, newest)
+    def refuses(result: dict[str, Any]) -> str | None:
+        return f"{carrier} carry no error flag" if result.get("isError") is True else None
+
+    return ToolResult(call_id, lambda: result_to_mcp(original, None, text_type),
+                      lambda result: holder.__setitem__(key, form(result)), form, newest, refuses)
 
 
 def named_choice(body: dict[str, Any]) -> Text | None:
