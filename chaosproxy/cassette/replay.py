@@ -24,7 +24,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -385,24 +385,42 @@ class ReplayServer:
 
 @dataclass(slots=True)
 class _LegacyStream:
-    """A live legacy HTTP+SSE session: its GET stream, and the recorded messages not yet sent on it (with
-    their JSON)."""
+    """A live legacy HTTP+SSE session: its GET stream, the recorded messages not yet sent on it (with their
+    JSON), and every recorded reply by its request's id, sent or not (a request asked again, as a retry
+    does, is answered again)."""
 
     exchange: ClientExchange
     pending: list[tuple[Event, Any]]
+    replies: dict[Any, Event] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.replies = {_hashable(message["id"]): event for event, message in self.pending
+                        if isinstance(message, dict) and "method" not in message and "id" in message}
 
     def release(self, asked: Any, swaps: Swaps | None) -> None:
         """Send the recorded messages up to the replies to the requests in `asked` (a message or a batch),
-        the live ids put in; a notification is answered by nothing."""
+        the live ids put in; a notification is answered by nothing. A request whose reply went out already
+        gets it again; one the recording never saw answered gets the replay's error."""
         ids = {_hashable(message["id"]) for message in (asked if isinstance(asked, list) else [asked])
                if isinstance(message, dict) and "method" in message and "id" in message}
         last = max((i for i, (_, message) in enumerate(self.pending) if isinstance(message, dict)
                     and "method" not in message and _hashable(message.get("id")) in ids), default=-1)
         if self.exchange.gone:
             return
-        for event, _ in self.pending[:last + 1]:
-            self.exchange.write(swaps.event(event.data) if swaps else event.data)
+        sent = self.pending[:last + 1]
         del self.pending[:last + 1]
+        for event, _ in sent:
+            self.exchange.write(swaps.event(event.data) if swaps else event.data)
+        answered = {_hashable(message.get("id")) for _, message in sent
+                    if isinstance(message, dict) and "method" not in message}
+        for key in ids - answered:
+            again = self.replies.get(key)
+            if again is not None:
+                self.exchange.write(swaps.event(again.data) if swaps else again.data)
+            else:
+                live = swaps.ids.get(key, key) if swaps else key
+                self.say(orjson.dumps({"jsonrpc": "2.0", "id": live, "error": {
+                    "code": NO_MATCH, "message": "chaosproxy replay: the recording holds no reply to this request"}}))
 
     def say(self, message: bytes) -> None:
         """A message of the replay's own on the stream (the error for a request the cassette lacks)."""

@@ -61,3 +61,22 @@ def test_a_call_the_cassette_lacks_gets_its_error_on_the_stream(server_loop, mcp
     with replaying(server_loop, folder) as server:
         said = asyncio.run(unrecorded(server.url))
     assert "closest" in said and "tools/call" in said, said
+
+
+def test_a_call_asked_again_is_answered_again_on_the_stream(server_loop, mcp_sse, tmp_path):
+    """An agent that retries asks what it asked before: the recorded reply goes on its stream again (the
+    POST accepted, no reply ever coming, it would wait until it gave up)."""
+    folder = tmp_path / "cassette"
+    with proxy_to(server_loop, mcp_sse, tmp_path / "log.jsonl", record=folder) as proxy:
+        asyncio.run(session(proxy.url))
+
+    async def asked_twice(base: str) -> list[object]:
+        async with asyncio.timeout(20), client(f"{base}/sse", "legacy", read_timeout_seconds=5) as mcp:
+            await mcp.list_tools()
+            first = await mcp.call_tool("add", {"a": 2, "b": 3})
+            again = await mcp.call_tool("add", {"a": 2, "b": 3})
+        return [dump(first), dump(again)]
+
+    with replaying(server_loop, folder) as server:
+        first, again = asyncio.run(asked_twice(server.url))
+    assert first == again and "5" in str(first)
