@@ -163,7 +163,7 @@ class Inspection:
                 headers = mirror_rpc_headers(headers, msg)
         if a2a is not None:
             a2a.faults, original = call.faults, msg.body
-            if (answer := a2a.answer()) is not None:
+            if (answer := await a2a.answer()) is not None:
                 call.outcome = Outcome.FAULT_RESPONSE
                 return self.proxy._respond(exchange, call, answer)
             if msg.body is not original:  # a fault rewrote the REST request's body

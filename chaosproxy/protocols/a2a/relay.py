@@ -186,20 +186,25 @@ class A2aExchange:
         return [(name, value) for name, value in headers if name.lower() not in drop] + [
             (b"Accept-Encoding", b"identity")]
 
-    def answer(self) -> Respond | None:
+    async def answer(self) -> Respond | None:
         """The proxy's own answer to this request, or None for it to go upstream: a follow-up to a task
-        whose result a fault holds, or what a rule on a REST request's message said."""
+        whose result a fault holds, or what a rule on a REST request's message said (given after the
+        wait its fault asked for, as a JSON-RPC request's: a timeout's)."""
         try:
             if self.call.method in a2a.SENDS and self.call.followup and self.call.task_id in self.memory.held:
                 return self._answer_followup()
             if self.call.binding == wire.REST and self.interest.requests and self.msg.body:
-                return self._decide_rest_request()
+                reply = self._decide_rest_request()
+                if reply is not None:
+                    await asyncio.sleep(reply.delay)
+                    return _rest_answer(reply.message)
         except Exception as exc:  # fail open: the request goes as the agent sent it
             self.relay.failed(self.msg, "deciding on the request", exc)
         return None
 
-    def _decide_rest_request(self) -> Respond | None:
-        """A REST request's body, read as the JSON-RPC request it stands for, through the message rules."""
+    def _decide_rest_request(self) -> Reply | None:
+        """A REST request's body, read as the JSON-RPC request it stands for, through the message rules:
+        the Reply a fault answers it with, or None (the body then as the faults that fired left it)."""
         body = wire.json_value(self.msg.body or b"")
         if not isinstance(body, dict):
             return None
@@ -209,7 +214,7 @@ class A2aExchange:
         new_params = _rewrites(view, "params")
         for fired in self._decide(view, carries=lambda action: isinstance(action, Reply) or new_params(action)):
             if isinstance(fired.action, Reply):
-                return _rest_answer(fired.action.message)
+                return fired.action
         if view.rpc is not before and isinstance(params := (view.rpc or {}).get("params"), dict):
             self.msg.body = orjson.dumps(params)
         return None
