@@ -47,11 +47,13 @@ class SampleChaos:
         self.gateway_lines: list[dict[str, Any]] = []  # appended by the model gateway's listener
         self._stack = contextlib.AsyncExitStack()
         self._proxies: dict[str, str] = {}  # upstream origin -> this sample's proxy
+        self._runs: dict[str, str] = {}  # upstream origin -> its proxy's run id (on each of its log lines)
         self._stdio_sessions = 0
         self._read = 0  # bytes of the log read so far
         self._unclaimed: list[dict[str, Any]] = []  # fault lines no tool call has taken yet
         self.servers: dict[object, Any] = {}  # a tool source -> its Inspect server for this sample-epoch
         self.unavailable: set[object] = set()  # tool sources whose handshake a fault failed
+        self.entered: set[object] = set()  # tool sources whose server session was entered (to be exited)
         (folder / "scenario.yaml").write_text(self.scenario_text, encoding="utf-8")
 
     async def proxy_url(self, upstream: str) -> str:
@@ -67,6 +69,7 @@ class SampleChaos:
             port = await proxy.start(HOST, 0)
             self._stack.push_async_callback(proxy.stop)
             self._proxies[origin] = f"http://{HOST}:{port}"
+            self._runs[origin] = engine.log.run_id
         query = f"?{target.raw_query_string}" if target.raw_query_string else ""
         return self._proxies[origin] + (target.raw_path if target.raw_path != "/" else "") + query
 
@@ -86,9 +89,15 @@ class SampleChaos:
         naming another tool wait for that tool's call (parallel calls)."""
         return self._claim(lambda line: line.get(Key.TOOL) in (None, tool))
 
-    def handshake_faults(self) -> list[dict[str, Any]]:
-        """The fault lines logged on an MCP handshake's messages (HANDSHAKE) that no call has taken yet."""
-        return self._claim(lambda line: line.get(Key.METHOD) in HANDSHAKE)
+    def handshake_faults(self, server: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        """The fault lines logged on an MCP handshake's messages (HANDSHAKE) of the server whose lines
+        `server` tells, that no call has taken yet (another server's faults are not this one's reason)."""
+        return self._claim(lambda line: line.get(Key.METHOD) in HANDSHAKE and server(line))
+
+    def of_upstream(self, upstream: str) -> Callable[[dict[str, Any]], bool]:
+        """Which log lines are of the proxy in front of `upstream` (an HTTP server): its run id's."""
+        origin = str(URL(upstream).origin())
+        return lambda line: line.get(Key.RUN_ID) == self._runs.get(origin)
 
     def _claim(self, mine: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         """The fault lines, logged since and left before, that are `mine`; the others are left for later."""

@@ -33,8 +33,15 @@ from mcp.client.stdio import StdioServerParameters
 from pydantic import JsonValue
 
 from chaosproxy.harness.sample import SampleChaos, current_sample
+from chaosproxy.telemetry.log_schema import Key
 
 Connect = Callable[[SampleChaos], Awaitable[MCPServer]]
+Lines = Callable[[SampleChaos], Callable[[dict[str, Any]], bool]]  # which log lines are a server's
+
+
+def _stdio_lines(_: SampleChaos) -> Callable[[dict[str, Any]], bool]:
+    """A stdio server's lines: those of the stdio relays (each session its own process and run id)."""
+    return lambda line: line.get(Key.TRANSPORT) == "stdio"
 
 
 class ChaosMCPServer(MCPServerLocal):
@@ -44,9 +51,10 @@ class ChaosMCPServer(MCPServerLocal):
     `mcp_connection` take it as one; every method goes to the sample-epoch's own server.
     """
 
-    def __init__(self, name: str, connect: Connect) -> None:
+    def __init__(self, name: str, connect: Connect, lines: Lines) -> None:
         super().__init__(_no_client, name=name, events=True)
         self._connect = connect
+        self._lines = lines
 
     async def _server(self) -> tuple[SampleChaos, MCPServer]:
         chaos = current_sample()
@@ -63,12 +71,15 @@ class ChaosMCPServer(MCPServerLocal):
             except Exception as exc:
                 if not self._taken_away(chaos, exc):
                     raise
+            else:
+                chaos.entered.add(self)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc_val: BaseException | None,
                         exc_tb: TracebackType | None) -> None:
         chaos, server = await self._server()
-        if self not in chaos.unavailable:
+        if self in chaos.entered:  # (taken away after it was entered too: its session still ends here)
+            chaos.entered.discard(self)
             await server.__aexit__(exc_type, exc_val, exc_tb)
 
     async def tools(self) -> list[Tool]:
@@ -86,7 +97,7 @@ class ChaosMCPServer(MCPServerLocal):
     def _taken_away(self, chaos: SampleChaos, exc: Exception) -> bool:
         """Whether a fault failed this server's handshake (then its tools are gone for the sample-epoch, and
         the transcript says why); False for any other failure, which is the sample's error as in Inspect."""
-        faults = chaos.handshake_faults()
+        faults = chaos.handshake_faults(self._lines(chaos))
         if not faults:
             return False
         chaos.unavailable.add(self)
@@ -131,7 +142,7 @@ def mcp_server_http(*, name: str | None = None, url: str, authorization: str | N
         return create_server_streamablehttp(name=name or url, url=await chaos.proxy_url(url),
                                             headers=_headers(authorization, headers), timeout=timeout,
                                             sse_read_timeout=sse_read_timeout)
-    return ChaosMCPServer(name or url, connect)
+    return ChaosMCPServer(name or url, connect, lambda chaos: chaos.of_upstream(url))
 
 
 def mcp_server_sse(*, name: str | None = None, url: str, authorization: str | None = None,
@@ -143,7 +154,7 @@ def mcp_server_sse(*, name: str | None = None, url: str, authorization: str | No
         return create_server_sse(name=name or url, url=await chaos.proxy_url(url),
                                  headers=_headers(authorization, headers), timeout=timeout,
                                  sse_read_timeout=sse_read_timeout)
-    return ChaosMCPServer(name or url, connect)
+    return ChaosMCPServer(name or url, connect, lambda chaos: chaos.of_upstream(url))
 
 
 def mcp_server_stdio(*, name: str | None = None, command: str, args: list[str] | None = None,
@@ -159,7 +170,7 @@ def mcp_server_stdio(*, name: str | None = None, command: str, args: list[str] |
                                                env={**(env or {}), **extra})
             return _stdio_client_forwarding_stderr(parameters, label)
         return MCPServerLocal(session, name=label, events=True)
-    return ChaosMCPServer(label, connect)
+    return ChaosMCPServer(label, connect, _stdio_lines)
 
 
 def _headers(authorization: str | None, headers: dict[str, str] | None) -> dict[str, str] | None:
