@@ -3,7 +3,11 @@ and protocol relay before it builds a message, reads a body or asks for a reply 
 
 `Engine.load` builds a new `Interest` for each scenario and puts it in force in one assignment
 (`Engine.interest`): a request is judged under one scenario or the other, never a mix, and the answers
-kept for heads alike (`could_act`'s cache) start over with it. Protocol relays keep what they work out
+kept for heads alike (`could_act`'s cache) start over with it. Only enabled rules count: a rule's `enabled`
+changes only with a new scenario (rules are frozen; the control API's PATCH, a reload and a scope's scenario
+each load one), so a disabled rule never has a body read or a reply asked for plain. Tool routes a rule
+left in sessions stay in force when it is disabled (`Engine.decide` routes through every rule loaded), so
+calls are read for them still. Protocol relays keep what they work out
 from it for their own messages (a model API's prompts, an A2A card) with `derived`, which goes with it.
 """
 
@@ -33,15 +37,16 @@ class Interest:
 
     def __init__(self, rules: Sequence[Rule], compiled: Sequence[_CompiledRule]) -> None:
         self.rules = tuple(rules)  # the scenario's rules, in the order written (for `derived`)
-        self._compiled = tuple(compiled)
-        self.idle = not compiled  # no rule is loaded: nothing can act on any message
+        # Faults that show the agent made-up tools need to see its tools/call requests to route them
+        # (disabled or not: the routes they left stay in force).
+        self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
+        compiled = self._compiled = tuple(rule for rule in compiled if rule.rule.enabled)
+        self.idle = not compiled and not self._routes_calls  # nothing can act on any message
         by_kind: dict[tuple[Phase, bool], list[_CompiledRule]] = {
             (phase, on_messages): [] for phase in Phase for on_messages in (False, True)}
         for rule in compiled:
             by_kind[rule.rule.fault.phase, rule.on_messages].append(rule)
         self._by_kind = by_kind
-        # Faults that show the agent made-up tools need to see its tools/call requests to route them.
-        self._routes_calls = any(rule.rule.fault.routes_calls for rule in compiled)
         # a rule reads requests' bodies: adapters read them whole up to the rule body limit, not a small one
         self.request_bodies = self._routes_calls or any(
             rule.needs_body and rule.rule.fault.phase is Phase.REQUEST for rule in compiled)
@@ -79,12 +84,11 @@ class Interest:
         if self._routes_calls and msg.http_method == "POST":
             return True
         for rule in self._compiled:  # loops, not any(all(...)): this runs for every request
-            if rule.rule.enabled:
-                for check in rule.head_checks:
-                    if not check(msg):
-                        break
-                else:
-                    return True
+            for check in rule.head_checks:
+                if not check(msg):
+                    break
+            else:
+                return True
         return False
 
     def could_act_on_reply(self, request: Message) -> bool:
@@ -101,11 +105,10 @@ class Interest:
         method = request.method if request.rpc is not None else None
         if method is None or method == "tools/list":
             return True
-        return any(rule.rule.enabled and (rule.methods is None or method in rule.methods or rule.on_plain_bodies)
-                   for rule in on_messages)
+        return any(rule.methods is None or method in rule.methods or rule.on_plain_bodies for rule in on_messages)
 
     def could_match(self, msg: Message, phase: Phase | None = None) -> list[Fault]:
-        """The faults of the enabled rules on messages in `phase` (default: `msg`'s) that what is known
+        """The faults of the (enabled) rules on messages in `phase` (default: `msg`'s) that what is known
         before `msg`'s body (route, path, headers, the request) does not rule out.
 
         Adapters read a body of unknown length (chunked) whole only when there are some: an unrelated
@@ -114,9 +117,9 @@ class Interest:
         return [rule.rule.fault for rule in self._by_kind[phase or msg.phase, True] if rule.could_match(msg)]
 
     def faults(self, msg: Message) -> list[Fault]:
-        """The faults of the enabled rules on messages that match `msg`, before any gate is asked: what a
+        """The faults of the (enabled) rules on messages that match `msg`, before any gate is asked: what a
         protocol relay asks of a synthetic message to learn whether to read a reply at all."""
-        return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.rule.enabled and rule.matches(msg)]
+        return [rule.rule.fault for rule in self._by_kind[msg.phase, True] if rule.matches(msg)]
 
     def derived[T](self, build: Callable[[Interest], T]) -> T:
         """What `build` works out from this interest (a protocol's own: which of its messages rules act
