@@ -19,6 +19,7 @@ from yarl import URL
 
 from chaosproxy.embedded import EmbeddedProxy
 from chaosproxy.engine.sessions import AGENT_HEADER
+from chaosproxy.telemetry.log_schema import Key
 
 
 class ModelGateway:
@@ -35,7 +36,7 @@ class ModelGateway:
 
     def _route(self, line: dict[str, Any]) -> None:
         """On the gateway's thread: a line of an agent's session goes to that agent's sample."""
-        session = line.get("session")
+        session = line.get(Key.SESSION)
         if isinstance(session, str) and (sink := self._sinks.get(session.partition("#")[0])) is not None:
             sink.append(line)
 

@@ -244,6 +244,8 @@ class Encoder:
         cache = self._cache
         parts = []
         for key, value in attributes.items():
+            if isinstance(value, str) and len(value) > self.value_limit:  # cut before it keys the cache: a
+                value = truncated(value, self.value_limit)  # hostile value is held no longer than it is sent
             item = (key, value, type(value))  # the type: True == 1 == 1.0, encoded three ways
             try:
                 cached = cache.get(item)

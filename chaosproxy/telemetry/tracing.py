@@ -60,7 +60,7 @@ from chaosproxy.engine.actions import (
 from chaosproxy.protocols import a2a
 from chaosproxy.protocols.llm import ANTHROPIC
 from chaosproxy.telemetry.log import ops
-from chaosproxy.telemetry.log_schema import Outcome
+from chaosproxy.telemetry.log_schema import Key, Outcome
 from chaosproxy.telemetry.redact import redacted_url, truncated
 
 if TYPE_CHECKING:
@@ -479,11 +479,16 @@ class _Call(CallTrace):
             return  # too late for this span: it is the exporter's
         attributes = self.attributes
         more = self.rare()
+        failure = _failure(action)
+        if failure is not None:  # (recorded however many faults were listed before)
+            more.failure = failure
+            more.failed_by = f"chaosproxy fault {fields.get(Key.FAULT)} (rule {fields.get(Key.RULE)})"
         if len(more.faults) >= MAX_FAULTS:  # (a stream whose every event a fault hit: its span stays small)
             return
-        fault_type = str(fields.get("fault"))
+        fault_type = str(fields.get(Key.FAULT))
         faults = more.faults = [*more.faults, fields]
-        for key, field in (("type", "fault"), ("rule", "rule"), ("component", "component"), ("level", "level")):
+        for key, field in (("type", Key.FAULT), ("rule", Key.RULE), ("component", Key.COMPONENT),
+                           ("level", Key.LEVEL)):
             # one string, comma-separated when several fired: trace viewers search strings, not arrays
             attributes[f"chaosproxy.fault.{key}"] = ",".join(str(f.get(field)) for f in faults)
         now = time.time_ns()
@@ -491,18 +496,14 @@ class _Call(CallTrace):
         tracing = self.tracing
         attributes["chaosproxy.seed"] = tracing.seed
         attributes["chaosproxy.run_id"] = tracing.run_id
-        failure = _failure(action)
-        if failure is not None:
-            more.failure = failure
-            more.failed_by = f"chaosproxy fault {fault_type} (rule {fields.get('rule')})"
-            if isinstance(action, Reply | Rewrite):
-                attributes["rpc.response.status_code"] = failure
+        if failure is not None and isinstance(action, Reply | Rewrite):
+            attributes["rpc.response.status_code"] = failure
         child = SpanData(f"chaosproxy.fault {fault_type}", KIND["INTERNAL"], self.ids[2:18], _new_id(8),
                          self.ids[20:28], self.trace_state, now, {
-                             "chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get("rule")),
-                             "chaosproxy.fault.component": str(fields.get("component")),
-                             "chaosproxy.fault.level": str(fields.get("level")),
-                             "chaosproxy.fault.action": str(fields.get("action")),
+                             "chaosproxy.fault.type": fault_type, "chaosproxy.fault.rule": str(fields.get(Key.RULE)),
+                             "chaosproxy.fault.component": str(fields.get(Key.COMPONENT)),
+                             "chaosproxy.fault.level": str(fields.get(Key.LEVEL)),
+                             "chaosproxy.fault.action": str(fields.get(Key.ACTION)),
                              "chaosproxy.seed": tracing.seed, "chaosproxy.run_id": tracing.run_id})
         if failure is not None:
             child.error = more.failed_by
@@ -537,7 +538,7 @@ class _Call(CallTrace):
         if reply is not None:
             error = reply.get("error")
             if isinstance(error, dict) and "code" in error:
-                error_type = str(error["code"])
+                error_type = truncated(str(error["code"]), MAX_NAME)  # upstream's: bounded as a name is
                 attributes["rpc.response.status_code"] = error_type
             elif isinstance(result := reply.get("result"), dict) and result.get("isError") is True:
                 error_type = error_type or "tool_error"

@@ -22,7 +22,7 @@ SHARED = frozenset({
 OWN_KEYS = CALL_KEYS - SHARED  # the call line's own: named nowhere else, so spelled nowhere but the schema
 # The log's own readers and writers: not even a shared word is spelled there as a key.
 LOG_MODULES = ("telemetry/log.py", "telemetry/metrics.py", "records/logfile.py", "control/journal.py",
-               "adapters/http/calls.py")
+               "harness/gateway.py", "adapters/http/calls.py")
 
 
 def _strings(source: str) -> list[ast.Constant]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chaosproxy.telemetry.otlp import DEFAULT_VALUE_LIMIT
+from chaosproxy.telemetry.otlp import DEFAULT_VALUE_LIMIT, Encoder
 from chaosproxy.telemetry.tracing import MAX_HEADS_BYTES, MAX_NAME, OtlpTracing
 from tests.helpers.framing_support import RawClient
 from tests.helpers.otlp import Receiver, Span
@@ -101,3 +101,13 @@ def test_the_span_heads_kept_for_reuse_stay_within_their_bytes(make_proxy, scrip
                        for key, head in tracing._heads.items())
             assert held <= MAX_HEADS_BYTES + (64 << 10), (i, held)
     tracing.shutdown()
+
+
+def test_the_attribute_cache_keeps_no_value_longer_than_it_sends() -> None:
+    """Values that differ each time (an upstream's error code of a megabyte, say) key the exporter's cache:
+    they are cut first, so what it holds is bounded by the limit, not by what the upstream sent."""
+    encoder = Encoder({"service.name": "chaosproxy"}, "test", value_limit=64)
+    for n in range(20):
+        encoder.attributes({"rpc.response.status_code": f"{n:02d}-" + "9" * MIB})
+    held = [value for _, value, _ in encoder._cache]
+    assert len(held) == 20 and all(len(value) <= 64 for value in held)
