@@ -107,3 +107,43 @@ def test_the_harness_sees_what_a_fault_declines_and_what_it_skips() -> None:
     skipped = acted({"type": "typos", "rate": 1}, rest_reply(b"\x89PNG\r\n\x1a\n", "image/png"))
     assert skipped.action == Skip("body is image/png, not text or JSON")
     assert Phase.REQUEST is tool_call("search").phase
+
+
+# The faults that act on plain MCP and HTTP traffic with their library parameters alone; the others need
+# what this corpus has not, and are observed acting where they have it (tests named beside each).
+CORPUS = [
+    tool_call("search", {"q": "umbrella reviews"}),
+    mcp_reply({"content": [{"type": "text", "text": "Sunny in Lima, 21 degrees, light wind from the west."}],
+               "structuredContent": {"city": "Lima", "temp_c": 21}}, "weather"),
+    tools_list_reply([{"name": name, "description": f"{name} things for the user, by name",
+                       "inputSchema": {"type": "object", "properties": {
+                           "q": {"type": "string", "description": "what to look for, in a few words"},
+                           "city": {"type": "string", "description": "the city the user asked about"},
+                           "a": {"type": "number"}}, "required": ["q"]}}
+                      for name in ("search", "weather", "add", "render")]),
+    rpc_reply(tool_call("fail"), {"content": [{"type": "text", "text": "upstream said no"}], "isError": True}),
+    rest_reply(b'{"items": [{"name": "alpha widget", "price": 3}, {"name": "beta widget", "price": 4}]}'),
+]
+ELSEWHERE = {
+    "noise": "no character of this corpus is one it swaps (tests/faults/test_content_faults.py)",
+    "wrong_data": "needs an earlier result or arrays to swap (tests/faults/test_content_faults.py)",
+    "rate_limit": "a token bucket: declines while it has tokens (tests/faults/test_http_faults.py)",
+    "stream_cut": "needs an event stream (tests/faults/test_http_faults.py)",
+    "remove_tool": "acts from the second listing on (tests/faults/test_mcp_action_faults.py)",
+    "session_expire": "needs a session id (tests/faults/test_mcp_transition_faults.py)",
+    "llm_error": "a model API's request (tests/protocols/llm/)",
+    **dict.fromkeys(["cache_scope_flip", "era_downgrade", "header_mismatch", "input_required_loop",
+                     "input_required_stale", "stale_cache", "subscription_drop", "task_lost"],
+                    "needs 2026-era MCP messages (tests/faults/test_mcp_modern_faults.py)"),
+}
+
+
+def test_every_fault_that_acts_on_plain_traffic_is_seen_acting() -> None:
+    """A check that the property above is not vacuous: each such fault returns an action on the corpus."""
+    plain = {name for name, fault in REGISTRY.items() if fault.level.value in
+             ("transport", "http", "jsonrpc", "mcp", "content") and name not in ELSEWHERE}
+    silent = sorted(name for name in plain if not any(
+        (action := acted(fault_of(SPECS[name]), same_message(msg), SessionState(), seed=seed).action) is not None
+        and not isinstance(action, Skip)
+        for msg in CORPUS if engine_would_ask(fault_of(SPECS[name]), msg) for seed in range(8)))
+    assert silent == []
