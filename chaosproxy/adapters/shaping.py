@@ -43,8 +43,10 @@ def ending(stages: Sequence[Stage]) -> StreamEnd:
 
 async def shaped(chunks: AsyncIterator[bytes], stages: Sequence[Stage], pace: float | None) -> AsyncIterator[bytes]:
     """`chunks` through `stages` as they come; with `pace`, each piece `pace` s after the one before.
-    Upstream is read no further once a stage cut the body; a stage's deadline passes though upstream
-    sends nothing meanwhile."""
+    Upstream is read no further once a stage cut the body (nor at all when one cuts it at 0 bytes: a
+    silent upstream does not hold up the cut); a stage's deadline passes though upstream sends nothing meanwhile."""
+    if run(stages, [], False)[1]:
+        return
     first = True
     source = chunks.__aiter__()
     coming: asyncio.Future[bytes] | None = None
