@@ -117,7 +117,7 @@ CORPUS = [
                "structuredContent": {"city": "Lima", "temp_c": 21}}, "weather"),
     tools_list_reply([{"name": name, "description": f"{name} things for the user, by name",
                        "inputSchema": {"type": "object", "properties": {
-                           "q": {"type": "string", "description": "what to look for, in a few words"},
+                           "q": {"type": "string", "description": "the words to find; returns matching items"},
                            "city": {"type": "string", "description": "the city the user asked about"},
                            "a": {"type": "number"}}, "required": ["q"]}}
                       for name in ("search", "weather", "add", "render")]),
