@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "chaosproxy"
 BELOW = {
     "engine": {"adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
     "faults": {"adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
-    "protocols": {"adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
+    "protocols": {"faults", "adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
     "telemetry": {"adapters", "control", "drill", "report", "cli", "demo", "embedded", "client"},
     "adapters": {"control", "drill", "report", "cli", "demo", "embedded"},
     "control": {"drill", "report", "cli", "demo"},

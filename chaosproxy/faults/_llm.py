@@ -1,7 +1,7 @@
 """What the model-API faults share: their base, and the prompt as the LLM relay shows it to them.
 
 Not a fault itself: it registers nothing. These faults act on the synthetic messages the LLM relay
-(chaosproxy.protocols.llm) builds from a model-API exchange: `llm/prompt` (the newest user turn), `tools/call`
+(chaosproxy.adapters.llm_relay) builds from a model-API exchange: `llm/prompt` (the newest user turn), `tools/call`
 requests (the tool calls the model made), `llm/completion` (the model's reply as a whole).
 """
 

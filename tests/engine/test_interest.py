@@ -9,12 +9,12 @@ from typing import Any
 import orjson
 import yaml
 
+from chaosproxy.adapters.a2a_relay import A2aRelay
+from chaosproxy.adapters.llm_relay import LlmRelay
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.interest import MAX_VERDICTS, Interest
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.engine.scenario import parse_scenario
-from chaosproxy.protocols.a2a.relay import A2aRelay
-from chaosproxy.protocols.llm.relay import LlmRelay
 from chaosproxy.telemetry.log import PerturbationLog
 from tests.helpers.framing_support import RawClient, read_request
 

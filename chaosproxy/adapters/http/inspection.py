@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from chaosproxy.adapters.a2a_relay import A2aExchange
 from chaosproxy.adapters.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from chaosproxy.adapters.execute import OUTCOMES, act_on_request, decide, shape_body
 from chaosproxy.adapters.h1 import (
@@ -35,13 +36,12 @@ from chaosproxy.adapters.http.heads import (
 )
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
+from chaosproxy.adapters.llm_relay import LlmExchange
 from chaosproxy.adapters.shaping import Stage, shaped
 from chaosproxy.adapters.shaping import ending as body_ending
 from chaosproxy.engine.actions import Action, Respond
 from chaosproxy.engine.message import Message, Phase
 from chaosproxy.protocols import streams
-from chaosproxy.protocols.a2a.relay import A2aExchange
-from chaosproxy.protocols.llm.relay import LlmExchange
 from chaosproxy.telemetry.log_schema import Outcome, StreamEnd
 
 if TYPE_CHECKING:

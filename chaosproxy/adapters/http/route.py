@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from yarl import URL
 
+from chaosproxy.adapters.a2a_relay import A2aRelay
 from chaosproxy.adapters.h1 import (
     Head,
     Headers,
@@ -14,9 +15,8 @@ from chaosproxy.adapters.h1 import (
 )
 from chaosproxy.adapters.http.heads import HOST_AND_LENGTH, TRACE_CONTEXT, UPGRADE, without
 from chaosproxy.adapters.jsonrpc import BodyRelay, JsonRpcRelay
+from chaosproxy.adapters.llm_relay import LlmRelay
 from chaosproxy.engine.core import Engine
-from chaosproxy.protocols.a2a.relay import A2aRelay
-from chaosproxy.protocols.llm.relay import LlmRelay
 from chaosproxy.telemetry.redact import redacted_url
 
 if TYPE_CHECKING:

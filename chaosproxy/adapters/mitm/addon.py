@@ -20,6 +20,7 @@ from chaosproxy.adapters.execute import act_on_request, decide, shape_body
 from chaosproxy.adapters.http.calls import Exchange, log_call
 from chaosproxy.adapters.http.heads import RULE_BODY_LIMIT, SMALL_BODY, TRACE_CONTEXT, is_text
 from chaosproxy.adapters.jsonrpc import JsonRpcRelay
+from chaosproxy.adapters.llm_relay import LlmExchange, LlmRelay
 from chaosproxy.adapters.mitm.bodies import LlmEvents, Shaper, SseMessages, WholeBody
 from chaosproxy.adapters.mitm.hosts import HostPatterns
 from chaosproxy.adapters.mitm.wire import Wire
@@ -28,7 +29,6 @@ from chaosproxy.engine.actions import Respond
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase, mirrored_headers
 from chaosproxy.engine.sessions import AGENT_HEADER, agent_name
-from chaosproxy.protocols.llm.relay import LlmExchange, LlmRelay
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Outcome, StreamEnd
 

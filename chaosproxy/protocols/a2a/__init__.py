@@ -3,7 +3,8 @@
 The view the engine gets, as the model API's: the agent card is the tool list (its skills are tools),
 a message sent is a call, a task's updates are its results. `wire` reads a request (either binding,
 either version) as an `A2aCall` and finds the tasks, messages and events in a reply; `card` points a
-card's URLs back through the proxy; `relay.A2aRelay` asks the engine and writes the outcome back.
+card's URLs back through the proxy; the A2A relay (`chaosproxy.adapters.a2a_relay`) asks the engine and
+writes the outcome back.
 
 Methods are named as v1.0 names them, whatever the binding or version on the wire (a rule on
 `SendMessage` acts on v0.3's `message/send` and on `POST /message:send` alike); the card fetch is

@@ -2,7 +2,8 @@
 
 Each format module maps its requests and replies onto the view the engine already has (a tool list,
 tool calls, tool results, plus the newest user turn as the prompt), so every existing fault applies
-to function-calling agents unchanged; `relay.LlmRelay` asks the engine and writes the outcome back.
+to function-calling agents unchanged; the model-API relay (`chaosproxy.adapters.llm_relay`) asks the
+engine and writes the outcome back.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from chaosproxy.telemetry.log import ops
 
 
 class Decisions(Protocol):
-    """What an editor asks the relay while a stream goes by (chaosproxy.protocols.llm.relay.LlmExchange)."""
+    """What an editor asks the relay while a stream goes by (chaosproxy.adapters.llm_relay.LlmExchange)."""
 
     def watches(self, tool: str | None) -> bool:
         """Whether a rule (or a tool route) may change a call to `tool` (None: a name not known yet)."""

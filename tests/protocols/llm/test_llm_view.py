@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from chaosproxy.adapters import llm_relay
 from chaosproxy.engine.scenario import ScenarioError, parse_scenario
-from chaosproxy.protocols.llm import api_for_path, relay
+from chaosproxy.protocols.llm import api_for_path
 
 
 @pytest.mark.parametrize("path,api", [
@@ -32,10 +33,10 @@ def test_llm_fault_parameters_are_validated() -> None:
 
 
 def test_memory_is_bounded() -> None:
-    memory = relay.Memory()
-    for i in range(relay.MAX_REMEMBERED + 10):
+    memory = llm_relay.Memory()
+    for i in range(llm_relay.MAX_REMEMBERED + 10):
         memory.said.remember(f"call_{i}", ("tool", "{}"))
-    assert len(memory.said) == relay.MAX_REMEMBERED and "call_0" not in memory.said
+    assert len(memory.said) == llm_relay.MAX_REMEMBERED and "call_0" not in memory.said
 
 
 def test_a_relay_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,5 +57,5 @@ def test_a_relay_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(openai_chat, "parse_request", broken)
     msg = Message("http", Phase.REQUEST, http_method="POST", path="/v1/chat/completions", body=body)
-    assert relay.LlmRelay(engine).open(msg) is None and msg.body == body
+    assert llm_relay.LlmRelay(engine).open(msg) is None and msg.body == body
     assert b'"event":"error"' in stream.getvalue() and b"a bug" in stream.getvalue()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from chaosproxy.adapters.session_memory import SessionMemory
 from chaosproxy.engine.actions import Action, BlankCompletion, FailStream, Garble, Rewrite
 from chaosproxy.engine.actions import Reply as ReplyAction
 from chaosproxy.engine.core import Engine, Fired
@@ -34,7 +35,6 @@ from chaosproxy.protocols import streams
 from chaosproxy.protocols.llm import api_for_path, stream, view
 from chaosproxy.protocols.llm.format import FORMATS, ModelFormat
 from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolResult
-from chaosproxy.protocols.session_memory import SessionMemory
 from chaosproxy.telemetry.log import ops
 
 MAX_SESSIONS = 1024

@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 from yarl import URL
 
+from chaosproxy.adapters.llm_relay import key_of
+from chaosproxy.adapters.session_memory import SessionMemory
 from chaosproxy.engine.actions import Action, EndStream, Garble, Reply, Respond, Rewrite, Withhold
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.interest import Interest
@@ -35,8 +37,6 @@ from chaosproxy.protocols.a2a import card as cards
 from chaosproxy.protocols.a2a import wire
 from chaosproxy.protocols.a2a.texts import PieceTexts
 from chaosproxy.protocols.a2a.wire import A2aCall, Piece
-from chaosproxy.protocols.llm.relay import key_of
-from chaosproxy.protocols.session_memory import SessionMemory
 from chaosproxy.protocols.tasks import TaskState
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.redact import redacted_url
