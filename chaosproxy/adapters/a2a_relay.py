@@ -17,7 +17,6 @@ calls the remote agent directly), and faults on the card act on it then.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,7 +25,7 @@ import orjson
 from yarl import URL
 
 from chaosproxy.adapters.llm_relay import key_of
-from chaosproxy.adapters.session_memory import SessionMemory
+from chaosproxy.adapters.session_memory import Bounded, SessionMemory
 from chaosproxy.engine.actions import Action, EndStream, Garble, Reply, Respond, Rewrite, Withhold
 from chaosproxy.engine.core import Engine, Fired
 from chaosproxy.engine.interest import Interest
@@ -42,27 +41,19 @@ from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.redact import redacted_url
 
 MAX_SESSIONS = 1024
-MAX_TASKS = 4096  # per session: task ordinals, states and held results, oldest forgotten first
+MAX_TASKS = Bounded.LIMIT  # per session: task ordinals, states and held results, oldest forgotten first
 MAX_EVENT = 16 << 20
 MAX_TOLD = 64  # things said once per route (URLs a card names elsewhere, ...): beyond, nothing more is said
 MAX_URL_SHOWN = 200
-
-
-class _Bounded[K, V](OrderedDict[K, V]):
-    def remember(self, key: K, value: V) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > MAX_TASKS:
-            self.popitem(last=False)
 
 
 @dataclass(slots=True)
 class Memory:
     """What the relay remembers of one session's tasks."""
 
-    ordinals: _Bounded[str, int] = field(default_factory=_Bounded)  # task id -> order of first appearance
-    states: _Bounded[str, TaskState] = field(default_factory=_Bounded)  # task id -> the state last relayed
-    held: _Bounded[str, dict[str, Any]] = field(default_factory=_Bounded)  # task id -> the real task a fault
+    ordinals: Bounded[str, int] = field(default_factory=Bounded)  # task id -> order of first appearance
+    states: Bounded[str, TaskState] = field(default_factory=Bounded)  # task id -> the state last relayed
+    held: Bounded[str, dict[str, Any]] = field(default_factory=Bounded)  # task id -> the real task a fault
     # replaced: its follow-ups are answered from it
     streams: int = 0  # the session's streams so far
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections import ChainMap, OrderedDict
+from collections import ChainMap
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from chaosproxy.adapters.session_memory import SessionMemory
+from chaosproxy.adapters.session_memory import Bounded, SessionMemory
 from chaosproxy.engine.actions import Action, BlankCompletion, FailStream, Garble, Rewrite
 from chaosproxy.engine.actions import Reply as ReplyAction
 from chaosproxy.engine.core import Engine, Fired
@@ -38,7 +38,7 @@ from chaosproxy.protocols.llm.view import FormatError, Request, ToolCall, ToolRe
 from chaosproxy.telemetry.log import ops
 
 MAX_SESSIONS = 1024
-MAX_REMEMBERED = 4096  # per session and kind: tool calls, answers, rewritten history items
+MAX_REMEMBERED = Bounded.LIMIT  # per session and kind: tool calls, answers, rewritten history items
 
 if TYPE_CHECKING:  # (imported where used: a proxy loads only the faults its scenario names)
     from chaosproxy.faults.llm_stream_error import LlmStreamErrorFault
@@ -53,25 +53,17 @@ def key_of(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
-class _Bounded[K, V](OrderedDict[K, V]):
-    def remember(self, key: K, value: V) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > MAX_REMEMBERED:
-            self.popitem(last=False)
-
-
 @dataclass(slots=True)
 class Memory:
     """What the relay remembers of one session's conversations, so resent history is treated alike."""
 
-    said: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the model said
-    relayed: _Bounded[str, tuple[str, str]] = field(default_factory=_Bounded)  # call id -> what the agent got
-    answers: _Bounded[str, dict[str, Any]] = field(default_factory=_Bounded)  # call id -> the proxy's result
-    results: _Bounded[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=_Bounded)  # call id ->
+    said: Bounded[str, tuple[str, str]] = field(default_factory=Bounded)  # call id -> what the model said
+    relayed: Bounded[str, tuple[str, str]] = field(default_factory=Bounded)  # call id -> what the agent got
+    answers: Bounded[str, dict[str, Any]] = field(default_factory=Bounded)  # call id -> the proxy's result
+    results: Bounded[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=Bounded)  # call id ->
     # the tool result as the agent sent it and as the model got it
-    prompts: _Bounded[str, str] = field(default_factory=_Bounded)  # a user turn -> as the model got it
-    counterparts: _Bounded[str, str] = field(default_factory=_Bounded)  # shown tool name -> the agent's tool
+    prompts: Bounded[str, str] = field(default_factory=Bounded)  # a user turn -> as the model got it
+    counterparts: Bounded[str, str] = field(default_factory=Bounded)  # shown tool name -> the agent's tool
 
 
 @dataclass(frozen=True, slots=True)

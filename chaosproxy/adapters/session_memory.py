@@ -1,13 +1,27 @@
-"""What a protocol's relay remembers per agent session (the model API's calls and answers, A2A's tasks)."""
+"""What a protocol's relay remembers per agent session (the model API's calls and answers, A2A's tasks),
+each kind of it bounded."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from chaosproxy.engine.core import Engine
+
+
+class Bounded[K, V](OrderedDict[K, V]):
+    """One kind of what a relay remembers of a session (call ids, tasks): past LIMIT entries, the least
+    recently remembered is forgotten."""
+
+    LIMIT: ClassVar[int] = 4096
+
+    def remember(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > self.LIMIT:
+            self.popitem(last=False)
 
 
 class SessionMemory[T]:
