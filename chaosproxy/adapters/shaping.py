@@ -3,7 +3,8 @@ one set of stages for every transport. The HTTP adapter runs them over its async
 mitmproxy's addon calls them from `flow.response.stream`, a synchronous transform of each chunk.
 
 A stage takes the chunks so far (and whether the body ended with them) and returns what goes on;
-`cut` is set once it lets nothing more through, and `ending` says how the body then ends.
+`cut` is set once it lets nothing more through, and `ends` says how the body then ends: a stage that never
+cuts (a stream shorter than its cut) leaves the body to end as upstream ends it, changed in nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ FRACTION_WAIT_S = 2.0  # how long a body of unknown length is held to learn its 
 
 class Stage:
     cut = False
-    ending: StreamEnd | None = None  # how the body ends once this stage cut it (None: as upstream ends it)
+    ends: StreamEnd | None = None  # how the body ends if this stage cuts it (None: as upstream ends it)
     # when the stage would let what it holds go though no chunk came (time.monotonic(); None: it holds nothing)
     deadline: float | None = None
 
@@ -36,9 +37,14 @@ def run(stages: Sequence[Stage], chunks: list[bytes], end: bool) -> tuple[list[b
     return chunks, end
 
 
+def planned(stages: Sequence[Stage]) -> StreamEnd:
+    """How the body will end if its stages cut it (what a transport prepares for before the body comes)."""
+    return next((stage.ends for stage in reversed(stages) if stage.ends is not None), StreamEnd.EOF)
+
+
 def ending(stages: Sequence[Stage]) -> StreamEnd:
-    """How the body ends: as the last stage that ends it says, else as upstream ended it."""
-    return next((stage.ending for stage in reversed(stages) if stage.ending is not None), StreamEnd.EOF)
+    """How the body ended: as the last stage that cut it says, else as upstream ended it."""
+    return planned([stage for stage in stages if stage.cut])
 
 
 async def shaped(chunks: AsyncIterator[bytes], stages: Sequence[Stage], pace: float | None) -> AsyncIterator[bytes]:
@@ -96,7 +102,7 @@ class Limit(Stage):
     def __init__(self, left: int, ending: StreamEnd | None = None) -> None:
         self.left = left
         self.cut = left <= 0
-        self.ending = ending
+        self.ends = ending
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:
         out = []
@@ -114,7 +120,7 @@ class Fraction(Stage):
     body of unknown length that does not end within FRACTION_WAIT_S or `max_held` bytes is not
     truncated: what was held goes on, then the rest, and `unended` is told."""
 
-    ending: StreamEnd | None = StreamEnd.CLOSE
+    ends: StreamEnd | None = StreamEnd.CLOSE
 
     def __init__(self, fraction: float, length: int | None, max_held: int, unended: Callable[[], None]) -> None:
         self.fraction = fraction
@@ -134,7 +140,7 @@ class Fraction(Stage):
             if self.deadline is None and chunks:  # the wait is for a body that began: a stage before this
                 self.deadline = now + FRACTION_WAIT_S  # one holding the body whole (mitm's) hands it none
             if not end and (self.size > self.max_held or (self.deadline is not None and now >= self.deadline)):
-                held, self.held, self.ending, self.deadline = self.held, None, None, None
+                held, self.held, self.deadline = self.held, None, None
                 self.unended()
                 return held
             if not end:
@@ -154,7 +160,7 @@ class Events(Stage):
     def __init__(self, left: int, idle: bool) -> None:
         self.left = left
         self.cut = left <= 0
-        self.ending = StreamEnd.IDLE if idle else StreamEnd.CUT
+        self.ends = StreamEnd.IDLE if idle else StreamEnd.CUT
         self.tail = b""  # the last bytes after the last boundary: a boundary may be split across chunks
 
     def __call__(self, chunks: list[bytes], end: bool) -> list[bytes]:

@@ -8,7 +8,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.helpers.support import rule
+from tests.helpers.support import call_lines, rule
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 
@@ -181,6 +181,21 @@ async def test_stream_cut_idle_starves_the_client(make_proxy):
                 async for line in response.content:
                     events.append(line)
     assert b"event: tick\n" in events and events.count(b"event: tick\n") == 1
+
+
+@pytest.mark.parametrize("then", ["close", "idle"])
+async def test_a_stream_shorter_than_its_cut_ends_as_upstream_ends_it(make_proxy, then):
+    """A cut after more events than the stream has changes nothing: the agent gets the whole stream, ended
+    as upstream ends it (not held open), and the call line says ok."""
+    proxy = make_proxy(rule("late", {"type": "stream_cut", "after_events": 50, "then": then}), log_batch_s=0)
+    direct_events = 5
+    async with aiohttp.ClientSession() as client:
+        async with client.get(proxy.url + f"/sse?n={direct_events}&interval_ms=5",
+                              timeout=aiohttp.ClientTimeout(total=10)) as response:
+            body = await response.read()
+    assert body.count(b"event: tick\n") == direct_events
+    [call] = call_lines(proxy, 1)
+    assert call["outcome"] == "ok"
 
 
 async def test_stream_cut_ignores_plain_responses(make_proxy):

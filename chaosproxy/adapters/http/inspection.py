@@ -37,7 +37,7 @@ from chaosproxy.adapters.http.heads import (
 from chaosproxy.adapters.http.passthrough import Passthrough
 from chaosproxy.adapters.http.route import Route
 from chaosproxy.adapters.llm_relay import LlmExchange
-from chaosproxy.adapters.shaping import Stage, shaped
+from chaosproxy.adapters.shaping import Stage, planned, shaped
 from chaosproxy.adapters.shaping import ending as body_ending
 from chaosproxy.engine.actions import Action, Respond
 from chaosproxy.engine.message import Message, Phase
@@ -367,7 +367,7 @@ class Inspection:
         if not exchange.started:
             exchange.start(status, response.reason if status == response.status else b"Not Modified", headers,
                            length)  # (a card's 304 is the only status the proxy changes here)
-        ending = body_ending(stages)  # (as planned: a fraction of a body that does not end may end as it does)
+        ending = planned(stages)  # (a body its stages never cut ends as upstream ends it)
         async for piece in chunks:
             call.bytes_out += len(piece)
             if call.bytes_out == length and ending == StreamEnd.EOF:  # the agent has it all with this piece: log first

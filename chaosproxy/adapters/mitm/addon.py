@@ -229,7 +229,7 @@ class ChaosAddon:
         return self.relay.relay_body(body, state.msg, headers, faults=state.faults)
 
     def _shaper(self, flow: http.HTTPFlow, state: Flow, stages: list[Stage], pace: float | None) -> Shaper:
-        ending = shaping.ending(stages)
+        ending = shaping.planned(stages)
         if ending is StreamEnd.CUT:  # end the body by closing the connection, as a server ending its stream does
             headers = flow.response.headers  # type: ignore[union-attr]
             headers.pop("content-length", None)
