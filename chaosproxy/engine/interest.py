@@ -2,8 +2,10 @@
 and protocol relay before it builds a message, reads a body or asks for a reply unencoded.
 
 `Engine.load` builds a new `Interest` for each scenario and puts it in force in one assignment
-(`Engine.interest`): a request is judged under one scenario or the other, never a mix, and the answers
-kept for heads alike (`could_act`'s cache) start over with it. Only enabled rules count: a rule's `enabled`
+(`Engine.interest`): each question is answered under one scenario or the other, never a mix, and the
+answers kept for heads alike (`could_act`'s cache) start over with it. An exchange asks again when its
+reply comes, so a scenario put in force mid-call applies to that reply (as it does to the engine's
+decisions, which always follow the scenario in force). Only enabled rules count: a rule's `enabled`
 changes only with a new scenario (rules are frozen; the control API's PATCH, a reload and a scope's scenario
 each load one), so a disabled rule never has a body read or a reply asked for plain. Tool routes a rule
 left in sessions stay in force when it is disabled (`Engine.decide` routes through every rule loaded), so
