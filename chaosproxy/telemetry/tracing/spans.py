@@ -1,45 +1,18 @@
-"""Faults inside the agent's own traces: one OpenTelemetry span per proxied call, faults on it.
-
-Export is switched on by `--otel` or by the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); chaosproxy.telemetry.otlp reads the other `OTEL_*` variables (service
-name, resource attributes, headers, batching) and exports; `Sampler` reads the sampler's. Switched
-off, the proxy holds `NO_TRACING` and its adapters pay one attribute check (`tracing.on`) per call.
-
-A span is recorded on the event loop with as little as it takes (one `random.getrandbits` for its
-ids; its name, kind and the attributes that repeat from call to call encoded once and cached) and
-queued when the call ends, for chaosproxy.telemetry.otlp's thread to encode and send: no OpenTelemetry SDK,
-whose spans cost several times the 30 µs a call's span may cost (bench/otel_overhead.py). A call
-the sampler leaves out costs a random number and a comparison.
-
-Spans follow the OpenTelemetry MCP conventions (`tools/call search`, kind CLIENT, `mcp.method.name`,
-`gen_ai.tool.name`, ...) for JSON-RPC requests and the HTTP client conventions for other HTTP calls.
-The parent is the agent's context: `params._meta.traceparent` (the MCP carrier, the only one on
-stdio), else the HTTP `traceparent` header, else `$TRACEPARENT` (a drill's run); when the header
-names another context than `_meta`, it becomes a link. The proxy's own context goes upstream in
-both carriers, so the tool server's spans nest under the proxy's.
-
-What agents and upstreams send is hostile: a name that reaches a span (a tool's, a prompt's, a method's,
-a model's, a session's, a request id) is cut to MAX_NAME characters, its last one `…`, before it names a
-span or keys a cache, and chaosproxy.telemetry.otlp cuts every other string value to the attribute value
-length limit. The caches of encoded span heads are bounded in bytes as well as in entries.
-
-A fired fault shows three ways, because viewers differ (Langfuse ignores span events): attributes
-on the call's span (`chaosproxy.fault.*`, status ERROR when the fault failed the call), a child span
-`chaosproxy.fault {type}` lasting as long as the delay or hang it injected, and a span event with
-the fields of the fault's log line.
-"""
+"""Tracing with export on (`OtlpTracing`): a call's span recorded as plain data on the event loop,
+its name, kind and repeating attributes encoded once and cached (bounded in entries and bytes), named by
+the OpenTelemetry MCP, GenAI and HTTP conventions, with the faults that fired on it; queued when the call
+ends for chaosproxy.telemetry.otlp's thread to encode and send. `SpanData` is a span other than a call's."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from random import getrandbits
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -62,28 +35,20 @@ from chaosproxy.protocols.llm import ANTHROPIC
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Key, Outcome
 from chaosproxy.telemetry.redact import redacted_url, truncated
+from chaosproxy.telemetry.tracing.context import parse_traceparent
+from chaosproxy.telemetry.tracing.sampler import Sampler
+from chaosproxy.telemetry.tracing.tracer import CallTrace, RunSpan, Tracing
 
 if TYPE_CHECKING:
     from chaosproxy.engine.message import Message
     from chaosproxy.telemetry.otlp import Encoder
 
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 META_VERSION = "io.modelcontextprotocol/protocolVersion"  # 2026-era requests carry their version here
 # call outcomes that fail a call on their own: not "fault_response" (it may be a stub result), nor
 # "client_disconnected" (an agent may hang up on a stream once it has read its answer)
 FAILED_OUTCOMES = frozenset({Outcome.UPSTREAM_ERROR, Outcome.HANG, Outcome.RESET, Outcome.TRUNCATED,
                              Outcome.STREAM_CUT, Outcome.STREAM_IDLE, Outcome.NO_ROUTE, Outcome.UNANSWERED})
 MAX_SESSIONS = 10_000  # protocol versions remembered from `initialize`, oldest forgotten first
-TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
-# W3C Trace Context: `tracestate` is up to 32 list-members `key=value` (a key of lower-case letters, digits
-# and _-*/@; a value of printable ASCII but `,` and `=`, not ending in a space), with spaces or tabs around
-# each. One longer than 512 characters or breaking the grammar anywhere is dropped whole (a part kept would
-# be a list nobody sent), as a malformed traceparent is: what goes upstream is a valid header value.
-TRACESTATE_MEMBER = re.compile(r"[a-z0-9][a-z0-9_\-*/@]{0,255}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}"
-                               r"[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
-MAX_TRACESTATE = 512
-MAX_TRACESTATE_MEMBERS = 32
 KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3}  # OTLP SpanKind
 MAX_ID64 = (1 << 64) - 1
 CLIENT = KIND["CLIENT"]
@@ -120,101 +85,6 @@ class SpanData:
 
     def encoded(self, encoder: Encoder) -> bytes:
         return encoder.span_data(self)
-
-
-class CallTrace:
-    """The span of one proxied call. The switched-off tracer never makes one."""
-
-    __slots__ = ()
-
-    def fault(self, fields: Mapping[str, Any], action: Action) -> None:
-        """A fault fired on this call; `fields` are its log line's."""
-
-    def end(self, outcome: str = Outcome.OK, *, status: int | None = None,
-            reply: Mapping[str, Any] | None = None) -> None:
-        """The call is over: `outcome` as in the call log, the HTTP `status`, the JSON-RPC `reply`."""
-
-    def task(self, task_id: str | None, state: str | None) -> None:
-        """The A2A task the call is about (`a2a.task.id`), and its state as the agent got it (`a2a.task.state`)."""
-
-
-class Tracing:
-    """No tracing: what the proxy holds unless export is on. Adapters check `on` and go no further."""
-
-    on = False
-
-    def start(self, msg: Message, *, network: str, url: str | None = None,
-              session_id: str | None = None, root: int = 0) -> dict[str, str]:
-        """Open the span of the call `msg` starts and put the proxy's context into its `_meta`.
-
-        Returns the HTTP headers to forward in place of the agent's `traceparent`/`tracestate`.
-        `network` is `tcp` or `pipe`; `url` the upstream URL of an HTTP call (the real server's
-        address); `session_id` the MCP session (the `Mcp-Session-Id`, or a legacy `sessionId`);
-        `root` what `root_draw` drew for it, if it was asked.
-        """
-        return {}
-
-    def root_draw(self, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> int | None:
-        """The sampler's decision for an HTTP call, taken before a Message is made for it, when the
-        call cannot name a parent: 0 when it is left out, else the random bits of its ids (for
-        `start(root=...)`). None when it may name a parent or every call is kept: `start` decides."""
-        return None
-
-    def run_span(self, name: str, attributes: Mapping[str, Any]) -> RunSpan:
-        """A root span for a drill run (see `RunSpan`)."""
-        return RunSpan()
-
-    def shutdown(self) -> None:
-        """Export what is left; called once when the proxy stops."""
-
-
-class RunSpan:
-    """A drill run's root span; `environment()` gives its agent TRACEPARENT and BAGGAGE."""
-
-    trace_id: str | None = None
-
-    def environment(self, baggage: Mapping[str, Any]) -> dict[str, str]:
-        return {}
-
-    def end(self, status: str) -> None:
-        """The run is over with `status` (passed, failed, timeout, error)."""
-
-
-NO_TRACING = Tracing()
-
-
-def export_requested(flag: bool = False, environ: Mapping[str, str] = os.environ) -> bool:
-    """True with `--otel`, or when an OTLP endpoint for traces is set (and the SDK is not disabled)."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
-        return False
-    return flag or any(environ.get(name) for name in ENDPOINT_VARIABLES)
-
-
-def from_environment(flag: bool, *, run_id: str, seed: int) -> Tracing:
-    """The tracer a run uses: OTLP export when asked for, else NO_TRACING (chaosproxy.telemetry.otlp not
-    even imported)."""
-    if not export_requested(flag):
-        return NO_TRACING
-    return OtlpTracing(run_id=run_id, seed=seed)
-
-
-@contextlib.contextmanager
-def exporting(*, run_id: str, seed: int) -> Iterator[Tracing]:
-    """The tracer for a drill's runs (a root span each) when OTEL_* asks for export; flushed at the end."""
-    tracing = from_environment(False, run_id=run_id, seed=seed)
-    try:
-        yield tracing
-    finally:
-        tracing.shutdown()
-
-
-def propagated(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The variables that switch export on and shape it (OTEL_*, TRACEPARENT, TRACESTATE), for a
-    process elsewhere (a Ray task) to export as this one would."""
-    return {name: value for name, value in environ.items()
-            if name.startswith("OTEL_") or name in ("TRACEPARENT", "TRACESTATE")}
 
 
 class OtlpTracing(Tracing):
@@ -378,77 +248,6 @@ class OtlpTracing(Tracing):
 
     def shutdown(self) -> None:
         self.exporter.shutdown()  # exports what is queued
-
-
-class Parent(NamedTuple):
-    """A W3C trace context the agent (or a drill) gave: the parent of the proxy's span."""
-
-    trace_id: str
-    span_id: str
-    sampled: bool
-    trace_state: str
-
-
-def parse_traceparent(traceparent: Any, tracestate: Any) -> Parent | None:
-    """The context a W3C `traceparent` names, or None when there is none (or it is malformed)."""
-    if not isinstance(traceparent, str):
-        return None
-    match = TRACEPARENT.fullmatch(traceparent.strip())
-    if match is None:
-        return None
-    version, trace_id, span_id, flags, rest = match.groups()
-    if version == "ff" or (version == "00" and rest) or trace_id == ZERO_TRACE or span_id == ZERO_SPAN:
-        return None
-    return Parent(trace_id, span_id, int(flags, 16) & 1 == 1, valid_tracestate(tracestate))
-
-
-def valid_tracestate(tracestate: Any) -> str:
-    """A `tracestate` (the agent's, or $TRACESTATE) as it may go upstream in a header line: its members,
-    comma-separated, or "" when it breaks the W3C grammar or limits (TRACESTATE_MEMBER)."""
-    if type(tracestate) is not str or not tracestate or len(tracestate) > MAX_TRACESTATE:
-        return ""
-    members = [member for item in tracestate.split(",") if (member := item.strip(" \t"))]
-    if len(members) > MAX_TRACESTATE_MEMBERS or not all(map(TRACESTATE_MEMBER.fullmatch, members)):
-        return ""
-    return ",".join(members)
-
-
-class Sampler:
-    """OTEL_TRACES_SAMPLER as the SDK reads it: always_on, always_off, traceidratio (OTEL_TRACES_SAMPLER_ARG,
-    by the trace id's low 64 bits, so every hop of a trace decides alike), and parentbased_* (the default,
-    parentbased_always_on: a call with a parent context follows its sampled flag)."""
-
-    def __init__(self, name: str = "parentbased_always_on", ratio: float = 1.0) -> None:
-        self.parent_based = name.startswith("parentbased_")
-        root = name.removeprefix("parentbased_")
-        self.ratio = 1.0 if root == "always_on" else 0.0 if root == "always_off" else ratio
-        self.bound = round(self.ratio * (1 << 64))
-        self.description = name if root != "traceidratio" else f"{name}({self.ratio:g})"
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> Sampler:
-        name = (environ.get("OTEL_TRACES_SAMPLER") or "parentbased_always_on").strip().lower()
-        if name.removeprefix("parentbased_") not in ("always_on", "always_off", "traceidratio"):
-            ops.warning("OTEL_TRACES_SAMPLER=%r is not one of always_on, always_off, traceidratio, "
-                        "parentbased_{always_on,always_off,traceidratio}; using parentbased_always_on", name)
-            return cls()
-        argument = (environ.get("OTEL_TRACES_SAMPLER_ARG") or "").strip()
-        try:
-            ratio = float(argument) if argument else 1.0
-        except ValueError:
-            ratio = -1.0
-        if not 0.0 <= ratio <= 1.0:
-            ops.warning("OTEL_TRACES_SAMPLER_ARG=%r is not a ratio between 0 and 1; using 1.0", argument)
-            ratio = 1.0
-        return cls(name, ratio)
-
-    def records(self, low_bits: int) -> bool:
-        """Whether a span with no parent is recorded, given the low 64 bits of its trace id."""
-        return low_bits < self.bound
-
-    def records_child(self, parent: Parent) -> bool:
-        """Whether a span under `parent` (the agent's context) is recorded."""
-        return parent.sampled if self.parent_based else self.records(int(parent.trace_id[16:], 16))
 
 
 class _Call(CallTrace):
