@@ -1,11 +1,6 @@
-"""stdio adapter: spawns the MCP server command and relays newline-delimited JSON-RPC both ways.
-
-The agent runs us in place of the server (we are the command in its MCP config): its stdin lines
-go to the child's stdin, the child's stdout lines come back on our stdout, and the child's stderr is
-ours. A line passes byte for byte unless a fault changes it, a line that is not JSON passes too,
-and a line is held only while a fault holds it (within a byte bound). Every fault, wire or message
-level, acts per line. The server runs in a process group of its own, which never outlives the relay.
-"""
+"""The relay itself (`StdioRelay`): lines both ways between the agent and the server, each a message
+the engine judges, the faults carried out per line; what a fault holds waits in its direction's lane,
+bounded, without holding up what may pass it. The pipes it reads and writes are set up here too."""
 
 from __future__ import annotations
 
@@ -15,16 +10,16 @@ import functools
 import os
 import signal
 import stat
-import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 import orjson
 
 from chaosproxy.adapters.jsonrpc import MAX_PENDING, rpc_key
+from chaosproxy.adapters.stdio.process import EXIT_CRASHED, KILL_GRACE, ServerProcess, exit_status
 from chaosproxy.engine.actions import (
     Action,
     Delay,
@@ -40,7 +35,6 @@ from chaosproxy.engine.actions import (
 )
 from chaosproxy.engine.core import Engine
 from chaosproxy.engine.message import Message, Phase
-from chaosproxy.errors import ChaosproxyError
 from chaosproxy.protocols.mcp import error_reply
 from chaosproxy.telemetry.log import ops
 from chaosproxy.telemetry.log_schema import Outcome
@@ -48,93 +42,11 @@ from chaosproxy.telemetry.log_schema import Outcome
 TRANSPORT = "stdio"
 SESSION = "stdio"  # one agent per relay process; a constant keeps seeded decisions reproducible
 CLOSE_GRACE = 10.0  # after its stdin closes, how long the server may finish its work (clients signal sooner)
-KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL; after SIGKILL, before giving up on it
 DRAIN_GRACE = 1.0  # after the server exits, how long its lines may stand still (a grandchild may hold the pipe)
-EXIT_CRASHED = 1  # our exit status after a reset: the agent saw the server die
 MAX_LINE = 16 << 20  # a longer line passes through in pieces, unexamined: it is never held whole
 LANE_BYTES = 16 << 20  # line bytes a direction may hold behind faults before it stops reading (a full pipe)
 LANE_DEPTH = 1000  # and messages (each costs a task besides its bytes)
-GUARDIAN = "trap '' HUP INT TERM; while read -r _; do :; done; kill -KILL 0"  # see ServerProcess
 HTTP_ERROR = -32000  # what an HTTP bridge in front of a stdio server reports for an HTTP error
-
-
-class SpawnError(ChaosproxyError):
-    """The server command cannot run; `status` is what a shell would exit with (127, 126)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ServerProcess(subprocess.Popen[bytes]):
-    """The server command, in a process group of its own so that a signal reaches the server itself
-    and not just a launcher in front of it (`sh -c`, a wrapper script, npx, uvx).
-
-    The group's leader is a guardian: a shell, ignoring the signals we forward, that waits for the end
-    of a pipe only the relay holds. However the relay ends (SIGKILL included), the pipe closes and the
-    guardian kills the whole group: nothing the server started outlives the relay as an orphan.
-    """
-
-    def __init__(self, command: Sequence[str]) -> None:
-        watched, self._lifeline = os.pipe()
-        try:
-            self._guardian = subprocess.Popen(["/bin/sh", "-c", GUARDIAN], stdin=watched,
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                              process_group=0)
-        finally:
-            os.close(watched)
-        self.group = self._guardian.pid
-        try:
-            super().__init__(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-                             process_group=self.group)
-        except BaseException:
-            self.release()
-            raise
-
-    def signal_group(self, sig: int) -> None:
-        """Send `sig` to the server and everything it started (the guardian ignores all but SIGKILL).
-        A group that is gone, or holds only processes we may not signal, is no failure of the relay."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.group, sig)
-
-    def release(self) -> None:
-        """Let the guardian kill what is left of the group, and reap it: the relay is done with the server."""
-        if self._lifeline >= 0:
-            os.close(self._lifeline)
-            self._lifeline = -1
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._guardian.wait(KILL_GRACE)
-
-
-def spawn(command: Sequence[str]) -> ServerProcess:
-    """Start the server with pipes for stdin and stdout; stderr and the environment are ours."""
-    try:
-        return ServerProcess(command)
-    except FileNotFoundError:
-        raise SpawnError(127, f"chaosproxy stdio: {command[0]}: command not found") from None
-    except OSError as exc:
-        raise SpawnError(126, f"chaosproxy stdio: cannot run {command[0]}: {exc.strerror or exc}") from None
-
-
-def claim_stdio() -> tuple[int, int]:
-    """Take fds 0 and 1 for the relay, leaving /dev/null and stderr in their place.
-
-    Only protocol frames may reach the client, so a stray print from anywhere in the process lands
-    on stderr; and closing the relay's copies really closes the client's pipes (it waits for EOF).
-    """
-    agent_in, agent_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    return agent_in, agent_out
-
-
-def exit_status(returncode: int | None) -> int:
-    """The child's exit code as a shell reports it (128 + N for death by signal N)."""
-    if returncode is None:
-        return EXIT_CRASHED
-    return 128 - returncode if returncode < 0 else returncode
 
 
 @dataclass(slots=True)
