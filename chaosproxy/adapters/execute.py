@@ -8,6 +8,7 @@ hold the agent, reset its connection), and the shaped body's stages run over its
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -40,12 +41,24 @@ class RequestSide(Protocol):
         """After `delay` s, cut the agent's connection with a TCP reset."""
 
 
-def decide(engine: Engine, msg: Message, exchange: Exchange, *, messages: bool = True) -> list[Fired]:
+def decide(engine: Engine, msg: Message, exchange: Exchange, *, messages: bool = True,
+           body_length: int | None = None) -> list[Fired]:
     """The faults that fire on `msg` (on the HTTP exchange as a whole; with `messages`, on the JSON-RPC
-    message in its body too), named on the exchange's call line."""
-    fired = engine.decide(msg, messages=messages)
+    message in its body too), named on the exchange's call line. `body_length`: the bytes of the body the
+    agent is to get, when known and no rule can change them: a truncate at or past its end changes
+    nothing, so it does not fire."""
+    carries = None if body_length is None else functools.partial(_cuts_within, body_length)
+    fired = engine.decide(msg, messages=messages, carries=carries)
     exchange.faults.extend(one.rule.name for one in fired)
     return fired
+
+
+def _cuts_within(length: int, action: Action) -> bool:
+    """Whether `action` changes a body of `length` bytes (all but a truncate do, or may)."""
+    if isinstance(action, Truncate):
+        kept = action.limit if action.limit is not None else int(length * (action.fraction or 0))
+        return kept < length
+    return True
 
 
 async def act_on_request(fired: Sequence[Fired], exchange: Exchange, side: RequestSide, relay: BodyRelay,

@@ -142,6 +142,18 @@ async def test_truncate_closes_after_the_limit(make_proxy, params, expected):
     assert len(body) == expected
 
 
+@pytest.mark.parametrize("params", [{"bytes": 11}, {"bytes": 500}, {"fraction": 0.0}], ids=["at-end", "past", "none"])
+async def test_a_truncate_that_would_cut_nothing_does_not_fire(make_proxy, params):
+    """A body of known length no longer than the cut reaches the agent whole: no fault line, outcome ok
+    (a fraction of 0 of an empty body too); a cut within it fires and says so."""
+    proxy = make_proxy(rule("cut", {"type": "truncate", **params}, match={"path": "/echo"}))
+    body = b"" if "fraction" in params else b"hello world"
+    status, _, got = await fetch(proxy.url + "/echo", "POST", data=body)
+    assert (status, got) == (200, body)
+    [call] = call_lines(proxy, 1)
+    assert (call["outcome"], call.get("faults", [])) == ("ok", []) and proxy.events("fault") == []
+
+
 async def test_truncate_fraction_of_a_chunked_body(make_proxy):
     proxy = make_proxy(rule("cut", {"type": "truncate", "fraction": 0.5}, match={"path": "/sse"}))
     async with aiohttp.ClientSession(timeout=TIMEOUT) as client:

@@ -309,7 +309,11 @@ class Inspection:
                             path=msg.path, headers=HeaderView(response.headers), status=response.status,
                             request=msg, route=msg.route)
             reply.api, reply.model, reply.turn, reply.a2a = msg.api, msg.model, msg.turn, msg.a2a
-            actions = [fired.action for fired in decide(engine, reply, call, messages=False)]
+            # the body's length, when known and no rule on messages can change it: a cut past it does not fire
+            fixed = llm is None and a2a is None and not interest.acts(Phase.RESPONSE, wire=False)
+            known = 0 if exchange.no_body or status in (204, 304) else length
+            actions = [fired.action for fired in decide(engine, reply, call, messages=False,
+                                                        body_length=known if fixed else None)]
         if exchange.no_body or response.status in (204, 304):
             call.finish(engine)
             exchange.start(response.status, response.reason, headers, length)

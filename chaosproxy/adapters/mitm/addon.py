@@ -121,8 +121,9 @@ class ChaosAddon:
                         route=state.msg.route)
         reply.api, reply.model, reply.turn = state.msg.api, state.msg.model, state.msg.turn
         interest = self.engine.interest
-        fired = decide(self.engine, reply, state, messages=False) if interest.acts(Phase.RESPONSE) else []
         per_message = interest.acts(Phase.RESPONSE, wire=False) if state.llm is None else state.llm.watching
+        fired = decide(self.engine, reply, state, messages=False, body_length=None if per_message else length) \
+            if interest.acts(Phase.RESPONSE) else []
         # A body of unknown length (chunked) is read whole only when a rule may act on this very
         # response, and never past RULE_BODY_LIMIT: after that it streams on, undecided.
         read_whole = per_message and not is_stream and is_text(content_type) and (
