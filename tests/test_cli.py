@@ -40,6 +40,7 @@ def run_proxy(upstream: str, tmp_path: Path):
             proc.wait(5)
 
 
+@pytest.mark.slow
 def test_run_injects_faults_and_flushes_the_log_on_sigterm(run_proxy, tmp_path: Path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("rules:\n  - name: teapot\n    match: {path: /api/*}\n"
@@ -86,6 +87,7 @@ def test_a_port_in_use_is_a_clear_error(run_proxy, tmp_path: Path):
     (["run", "--upstream", "ftp://x"], "expected an http:// or https:// URL"),
     (["run", "--upstream", "http://127.0.0.1:1", "--listen", "nowhere"], "expected HOST:PORT"),
 ])
+@pytest.mark.slow
 def test_bad_flags_are_explained(args, message):
     proc = subprocess.run([*CHAOSPROXY, *args], capture_output=True, text=True, timeout=15)
     assert proc.returncode == 2 and message in proc.stderr

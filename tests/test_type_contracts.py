@@ -57,6 +57,7 @@ def write(log: PerturbationLog) -> None:
 '''
 
 
+@pytest.mark.slow
 def test_mypy_refuses_a_fault_returning_no_action_and_a_misspelled_log_key(tmp_path: Path) -> None:
     module = tmp_path / "wrong.py"
     module.write_text(WRONG)

@@ -58,6 +58,7 @@ def test_heads_within_the_limits_pass(make_proxy):
         assert client.response()[0] == 200
 
 
+@pytest.mark.slow
 def test_a_head_sent_too_slowly_is_answered_408_and_closed(make_proxy):
     proxy = make_proxy(limits=(limits := fast()))
     with RawClient(proxy.url) as client:

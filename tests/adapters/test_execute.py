@@ -10,6 +10,7 @@ import io
 import time
 from collections.abc import AsyncIterator, Callable
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,6 +113,7 @@ EVENTS = st.lists(st.tuples(st.binary(max_size=20).filter(lambda data: b"\n" not
                             st.sampled_from([b"\n\n", b"\r\n\r\n", b"\r\r"])), max_size=8)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(EVENTS, st.lists(st.integers(0, 400), max_size=8), st.integers(0, 10))
 def test_a_cut_stream_ends_with_its_last_event_and_passes_each_chunk_as_it_comes(events, cuts, after):
@@ -176,6 +178,7 @@ def test_request_actions_run_in_order_until_one_ends_the_exchange():
     assert act(Delay(0.0)) == (False, Outcome.OK, [])
 
 
+@pytest.mark.slow
 def test_a_fraction_of_a_stalled_body_of_unknown_length_is_let_go_after_a_while(make_proxy, scripted):
     """Under `chaosproxy run` the wait for a body's end has a deadline of its own: an upstream that sends
     a piece and then nothing does not keep the agent waiting for it until it sends more."""

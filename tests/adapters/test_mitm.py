@@ -278,6 +278,7 @@ async def test_a_chunked_json_rpc_request_is_inspected(make_mitm):
     assert (fault["rule"], fault["tool"], fault["rpc_id"]) == ("refuse", "lookup", 7)
 
 
+@pytest.mark.slow
 async def test_a_chunked_json_request_past_the_rule_limit_streams_on_undecided(make_mitm):
     """Read whole for rules only up to RULE_BODY_LIMIT: a larger chunked body is passed on as it comes."""
     mitm = make_mitm(rule("refuse", {"type": "rpc_error", "code": -32000}, match={"tool": "lookup"}))
@@ -295,6 +296,7 @@ async def test_a_chunked_json_request_past_the_rule_limit_streams_on_undecided(m
     assert mitm.events("fault") == []
 
 
+@pytest.mark.slow
 async def test_a_chunked_json_response_past_the_rule_limit_streams_on_undecided(make_mitm):
     mitm = make_mitm(rule("typos", {"type": "typos", "rate": 1}, match={"path": "/chunked-json"}))
     status, _, body = await mitm.fetch(mitm.intercepted + "/chunked-json")
@@ -356,6 +358,7 @@ async def test_plain_http_through_http_proxy(make_mitm, upstream):
     assert fault["route"] == "localhost"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at,minimum", [("request", 0.3), ("response", 0.3)])
 async def test_latency(make_mitm, at, minimum):
     mitm = make_mitm(rule("slow", {"type": "latency", "delay_ms": 300, "at": at}, match={"path": "/api/*"}))
@@ -368,6 +371,7 @@ async def test_latency(make_mitm, at, minimum):
     assert [e["phase"] for e in mitm.events("fault")] == [at]
 
 
+@pytest.mark.slow
 async def test_hang_until_the_client_gives_up(make_mitm):
     mitm = make_mitm(rule("stuck", {"type": "hang"}, match={"path": "/api/*"}))
     async with aiohttp.ClientSession() as client:
@@ -381,6 +385,7 @@ async def test_hang_until_the_client_gives_up(make_mitm):
     assert sorted(c["outcome"] for c in calls) == ["hang", "ok"]
 
 
+@pytest.mark.slow
 async def test_hang_with_release_forwards_late(make_mitm):
     mitm = make_mitm(rule("stall", {"type": "hang", "release_after_ms": 300}))
     started = time.perf_counter()
@@ -436,6 +441,7 @@ async def test_truncate_fraction_of_a_chunked_body(make_mitm):
     assert len(body) == 4 * len(b'id: 0\nevent: tick\ndata: {"n": 0}\n\n') // 2
 
 
+@pytest.mark.slow
 async def test_truncate_fraction_of_a_stream_that_does_not_end_relays_it_whole(make_mitm):
     """As under `chaosproxy run`: a body of unknown length is held to learn its size only for a while
     (the same executor, adapters/shaping.Fraction); then it goes on whole, and the log says why."""
@@ -471,6 +477,7 @@ async def test_slow_body_drips(make_mitm):
     assert time.perf_counter() - started < 0.3
 
 
+@pytest.mark.slow
 async def test_sse_streams_through(make_mitm):
     """Events reach the client as upstream sends them, also when each one's JSON-RPC is looked at."""
     mitm = make_mitm(rule("flip", {"type": "flip_is_error"}, match={"tool": "never"}))
@@ -497,6 +504,7 @@ async def test_stream_cut_after_events(make_mitm):
     assert (call["outcome"], call["bytes_out"], call["faults"]) == ("stream_cut", len(body), ["cut"])
 
 
+@pytest.mark.slow
 async def test_stream_cut_idle_starves_the_client(make_mitm):
     mitm = make_mitm(rule("starve", {"type": "stream_cut", "after_events": 1, "then": "idle"}))
     lines = []
@@ -701,6 +709,7 @@ def test_ca_directory_that_cannot_be_written(tmp_path):
     assert done.returncode == 1 and "cannot keep mitmproxy's CA in" in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_hosts_glob():
     done = _mitm_fails("--hosts", "api.example.com,https://tools.corp/v1")
     assert done.returncode == 2 and "not URLs: 'https://tools.corp/v1'" in done.stderr
@@ -718,6 +727,7 @@ def test_port_in_use(confdir):
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
 
 
+@pytest.mark.slow
 def test_run_does_not_import_mitmproxy():
     code = ("import socket, sys\n"
             "from chaosproxy import cli\n"

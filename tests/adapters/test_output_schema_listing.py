@@ -36,6 +36,7 @@ async def test_a_call_without_listing_first_gets_a_perturbed_schema_valid_result
     assert len(lists) == 1  # the SDK's own, after the first call: the proxy's listing is not the agent's
 
 
+@pytest.mark.slow
 async def test_the_proxy_lists_every_page(make_proxy: Any, mcp_paged: str) -> None:
     """Upstream lists two tools a page: `summary` is on the second."""
     proxy = make_proxy({"rules": [{"name": "f", "match": {"tool": "summary"},

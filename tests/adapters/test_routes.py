@@ -29,6 +29,7 @@ async def test_prefixes_pick_the_upstream_and_rules_match_on_the_route(make_prox
     assert {c["route"] for c in proxy.events("call")} == {"rest", "tools", None}
 
 
+@pytest.mark.slow
 async def test_legacy_sse_endpoint_keeps_the_route_prefix(make_proxy, mcp_sse):
     proxy = make_proxy({"routes": {"/legacy": mcp_sse}})
     async with client(proxy.url + "/legacy/sse", "legacy") as session:
@@ -37,6 +38,7 @@ async def test_legacy_sse_endpoint_keeps_the_route_prefix(make_proxy, mcp_sse):
     assert all(c["route"] == "legacy" for c in proxy.events("call"))
 
 
+@pytest.mark.slow
 async def test_two_routes_expose_the_same_tool_names(make_proxy, mcp_http):
     """An agent aggregating two servers meets real cross-server duplicate names."""
     proxy = make_proxy({"routes": {"/a": mcp_http, "/b": mcp_http}})

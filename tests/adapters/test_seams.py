@@ -195,6 +195,7 @@ def test_a_failure_inside_the_wire_layer_is_answered_502_and_logged(server_loop,
     assert any("internal error" in line and "a bug in the proxy" in line for line in ops_lines)
 
 
+@pytest.mark.slow
 def test_nothing_an_agent_sends_forges_a_line_of_the_proxys_own_log(tmp_path):
     import subprocess
     import sys

@@ -61,6 +61,7 @@ def imported_until_listening(*argv: str, tmp_path: Path) -> set[str]:
     return set(modules.read_text().split())
 
 
+@pytest.mark.slow
 def test_run_loads_only_its_scenario_faults_and_no_optional_part(tmp_path: Path):
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text("rules:\n  - {name: slow, fault: {type: latency, delay_ms: 5}}\n"
@@ -76,6 +77,7 @@ def test_run_loads_only_its_scenario_faults_and_no_optional_part(tmp_path: Path)
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_the_registry_still_lists_every_fault():
     code = ("import sys\nfrom chaosproxy.faults import REGISTRY\n"
             "print(len(REGISTRY), sum(m.startswith('chaosproxy.faults.') for m in sys.modules))")

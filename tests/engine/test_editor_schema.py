@@ -47,6 +47,7 @@ def test_every_library_scenario_and_suite_is_valid(validators) -> None:
         assert not errors, f"{path}: {errors}"
 
 
+@pytest.mark.slow
 def test_a_bad_parameter_gets_one_reason(validators) -> None:
     bad = {"rules": [{"name": "slow", "fault": {"type": "latency", "delay_ms": -5}}]}
     errors = list(validators["scenario"].iter_errors(bad))

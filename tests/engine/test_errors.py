@@ -30,6 +30,7 @@ def test_the_typed_failures_are_chaosproxy_errors(error: type[Exception]):
     assert issubclass(error, ChaosproxyError) and not issubclass(error, ConfigError)
 
 
+@pytest.mark.slow
 def test_a_control_setting_refused_at_start_is_exit_2_with_its_reason(tmp_path: Path):
     """The stdio relay refuses a control API on a non-loopback address without a token (ControlConfigError,
     caught as the ConfigError it is, not by looking the control module up in sys.modules)."""

@@ -70,6 +70,7 @@ def validate(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     ("huge", big(), "more than the 256 KiB"),
     ("recursive", "rules: &r [*r]\n", "an alias refers to a node that contains it"),
 ])
+@pytest.mark.slow
 def test_validate_refuses_hostile_yaml_with_exit_2_and_a_reason(tmp_path: Path, name: str, text: str, reason: str):
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
@@ -126,6 +127,7 @@ def test_a_fifo_is_refused_at_once(folder: Path):
     assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_relative_mapping_is_the_scenario_folders_not_the_working_directorys(folder: Path, tmp_path: Path):
     (folder / "s.yaml").write_text(paraphrase("phrases.yaml"))
     elsewhere = tmp_path / "elsewhere"

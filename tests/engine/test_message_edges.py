@@ -79,6 +79,7 @@ def lines(proc: subprocess.Popen[bytes], log: Path, event: str) -> list[dict[str
     return log_events(log, event)
 
 
+@pytest.mark.slow
 async def test_the_proxys_own_reply_on_a_legacy_stream_is_not_faulted_again(run_proxy, mcp_sse: str):
     proc, port, log = run_proxy(mcp_sse, [
         {"name": "refuse", "match": {"tool": "search"}, "fault": {"type": "rpc_error", "message": "refused here"}},
@@ -109,6 +110,7 @@ def test_a_legacy_stream_nobody_reads_holds_a_bounded_queue(run_proxy, scripted:
     assert rss_mib < 150, f"the proxy held {rss_mib:.0f} MiB for a stream nobody reads"
 
 
+@pytest.mark.slow
 def test_a_json_rpc_batch_is_left_whole_by_content_faults(run_proxy, scripted: str):
     proc, port, _ = run_proxy(scripted, [{"name": "typo", "fault": {"type": "typos", "rate": 0.5}}])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

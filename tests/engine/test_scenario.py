@@ -69,6 +69,7 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path: Path):
         load_scenario(tmp_path / "missing.yaml")
 
 
+@pytest.mark.slow
 def test_schema_covers_every_fault():
     out = subprocess.run([sys.executable, "-m", "chaosproxy", "schema"], capture_output=True, text=True, check=True)
     schema = json.loads(out.stdout)
@@ -76,6 +77,7 @@ def test_schema_covers_every_fault():
                              if "type" in d.get("properties", {}) and "const" in d["properties"]["type"]}
 
 
+@pytest.mark.slow
 def test_validate_exit_codes(tmp_path: Path):
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(CONTRACT)

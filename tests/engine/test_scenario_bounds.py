@@ -35,6 +35,7 @@ def test_max_seed_is_what_a_signed_64_bit_span_attribute_holds() -> None:
     assert MAX_SEED == 2**63 - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", TOO_BIG)
 def test_a_scenario_seed_too_big_is_refused_with_its_line(tmp_path: Path, seed: int) -> None:
     scenario = tmp_path / "big.yaml"
@@ -116,6 +117,7 @@ def test_a_heavy_tailed_latency_never_draws_past_the_longest_wait() -> None:
         assert all(0 <= ms <= MAX_WAIT_MS for ms in draws) and max(draws) == MAX_WAIT_MS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["inf", "nan"])
 def test_a_drill_timeout_must_be_finite(flag: str) -> None:
     done = chaosproxy("drill", "--agent", "true", "--upstream", "http://127.0.0.1:9", "--timeout", flag, "--plan")

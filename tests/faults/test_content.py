@@ -82,6 +82,7 @@ def test_rate_zero_is_the_identity(text, layout, kind, seed):
     assert _text_edits.noise(text, kind, 0, rng) == text
 
 
+@pytest.mark.slow
 @given(documents, seeds)
 def test_probability_zero_returns_the_very_same_document(doc, seed):
     rng = random.Random(seed)
@@ -94,6 +95,7 @@ def test_probability_zero_returns_the_very_same_document(doc, seed):
 # --- JSON stays JSON ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(documents, rates, layouts, kinds, styles, seeds)
 def test_string_edits_keep_json_valid_and_its_shape(doc, rate, layout, kind, style, seed):
     original = json.dumps(doc, **style)
@@ -104,6 +106,7 @@ def test_string_edits_keep_json_valid_and_its_shape(doc, rate, layout, kind, sty
         assert shape(json.loads(rendered)) == shape(doc)
 
 
+@pytest.mark.slow
 @given(documents, styles)
 def test_render_like_reproduces_the_original_style(doc, style):
     original = json.dumps(doc, **style)
@@ -133,6 +136,7 @@ def lists(value: Any) -> list[list[Any]]:
     return [value, *(found for item in value for found in lists(item))] if isinstance(value, list) else []
 
 
+@pytest.mark.slow
 @given(documents, st.integers(1, 5), seeds)
 def test_swap_trades_values_within_a_type(doc, count, seed):
     changed = _text_edits.swap(doc, random.Random(seed), count=count)
@@ -140,6 +144,7 @@ def test_swap_trades_values_within_a_type(doc, count, seed):
     assert (changed == doc) == (changed is doc)
 
 
+@pytest.mark.slow
 @given(documents, seeds)
 def test_emptied_empties_lists_or_else_strings(doc, seed):
     changed = _text_edits.emptied(doc, random.Random(seed))

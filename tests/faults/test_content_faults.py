@@ -131,6 +131,7 @@ async def test_same_seed_same_typos_other_seed_other_typos(make_proxy, mcp_http)
     assert await typoed(11) != await typoed(12)
 
 
+@pytest.mark.slow
 async def test_typos_reach_tool_errors_too(make_proxy, mcp_http):
     proxy = make_proxy(once({"type": "typos", "rate": 1}, tool="fail"), to=mcp_http)
     [failed] = await calls(proxy, ("fail", {}))
@@ -264,6 +265,7 @@ async def test_wrong_data_empty_gives_no_results(make_proxy, mcp_http):
     assert json.loads(text_of(result)) == {"query": "solar panels", "results": []}
 
 
+@pytest.mark.slow
 async def test_wrong_data_leaves_tool_errors_alone(make_proxy, mcp_http):
     proxy = make_proxy({"rules": [{"name": "w", "fault": {"type": "wrong_data", "mode": "empty"}}]},
                        to=mcp_http)

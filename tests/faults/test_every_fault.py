@@ -88,6 +88,7 @@ def test_every_fault_has_library_parameters():
     assert set(REGISTRY) <= set(SPECS), f"no library scenario uses {sorted(set(REGISTRY) - set(SPECS))}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msg=messages, seed=st.integers(0, 2**32 - 1))

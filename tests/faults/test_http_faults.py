@@ -54,6 +54,7 @@ async def test_latency_on_response(make_proxy):
     assert proxy.events("fault")[0]["phase"] == "response"
 
 
+@pytest.mark.slow
 async def test_hang_is_seen_as_a_client_timeout(make_proxy):
     proxy = make_proxy(rule("stuck", {"type": "hang"}, match={"path": "/api/*"}))
     async with aiohttp.ClientSession() as client:
@@ -93,6 +94,7 @@ async def test_rate_limit_always(make_proxy):
     assert (status, headers["Retry-After"]) == (429, "7")
 
 
+@pytest.mark.slow
 async def test_rate_limit_token_bucket_lets_the_rate_through(make_proxy):
     proxy = make_proxy(rule("bucket", {"type": "rate_limit", "rate_per_s": 2, "burst": 2}))
     statuses = [(await fetch(proxy.url + "/health"))[0] for _ in range(4)]

@@ -275,6 +275,7 @@ async def test_poison_with_own_words(make_proxy, mcp_http):
 # flip_is_error and error_in_success
 
 
+@pytest.mark.slow
 async def test_flip_to_error_marks_a_good_result_failed(make_proxy, mcp_http):
     proxy = make_proxy(on_call({"type": "flip_is_error", "direction": "to_error"}, "weather"), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
@@ -288,6 +289,7 @@ async def test_flip_to_error_marks_a_good_result_failed(make_proxy, mcp_http):
                                                                                  "response")
 
 
+@pytest.mark.slow
 async def test_flip_to_success_hides_a_tool_error(make_proxy, mcp_http):
     proxy = make_proxy(on_call({"type": "flip_is_error", "direction": "to_success"}, "*"), to=mcp_http)
     async with client(proxy.url + "/mcp") as session:
@@ -302,6 +304,7 @@ async def test_flip_to_success_hides_a_tool_error(make_proxy, mcp_http):
     assert fault["tool"] == "fail"
 
 
+@pytest.mark.slow
 async def test_flip_without_respect_for_the_schema_gets_rejected_by_the_client(make_proxy, mcp_http):
     """respect_schema: false keeps the bare flip, for those who want to see the client-side failure."""
     proxy = make_proxy(on_call({"type": "flip_is_error", "respect_schema": False}, "*"), to=mcp_http)

@@ -50,6 +50,7 @@ async def test_rpc_error_replacing_the_reply(make_proxy, mcp_json):
     assert fault["phase"] == "response" and fault["original_digest"] != fault["perturbed_digest"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_timeout_as_rpc_error_and_as_tool_error(make_proxy, mcp_http, mode):
     proxy = make_proxy(once({"type": "timeout", "after_ms": 200}), to=mcp_http)
@@ -93,6 +94,7 @@ async def test_session_expire_on_the_wire(make_proxy, mcp_http):
     assert (fault["session"], fault["fault"]) == ("abc", "session_expire")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ["mcp_http", "mcp_json"])
 async def test_malformed_truncated_frame_is_a_parse_error(request, make_proxy, server):
     proxy = make_proxy(once({"type": "malformed", "variant": "truncated"}), to=request.getfixturevalue(server))

@@ -13,6 +13,7 @@ from tests.helpers.modern_support import TasksClient
 STUCK = {"name": "never-done", "fault": {"type": "task_stuck"}}
 
 
+@pytest.mark.slow
 async def test_task_stuck_on_an_mcp_task_logs_level_mcp(through):
     async with through("http", STUCK, extensions=[TasksClient()]) as (client, run):
         with pytest.raises(TimeoutError):
@@ -21,6 +22,7 @@ async def test_task_stuck_on_an_mcp_task_logs_level_mcp(through):
     assert lines and {(line["level"], line["method"]) for line in lines} == {("mcp", "tasks/get")}
 
 
+@pytest.mark.slow
 async def test_task_stuck_on_an_a2a_task_logs_level_a2a(remote_agent, make_proxy):  # noqa: F811
     proxy = make_proxy(rules(STUCK), to=remote_agent.url)
     async with a2a_client(proxy.url, JSONRPC, streaming=False) as client:

@@ -87,6 +87,7 @@ def assert_every_fault_is_attached_once(log: Path, tmp_path: Path, scenario: dic
     assert behaviour["disrupted_calls"] >= 1  # the duplicate's error route
 
 
+@pytest.mark.slow
 async def test_a_rest_tool_api(make_proxy, tmp_path):
     """Faults on plain JSON response bodies are decided per message, yet each joins its call."""
     proxy = make_proxy(REST)
@@ -95,6 +96,7 @@ async def test_a_rest_tool_api(make_proxy, tmp_path):
     assert_every_fault_is_attached_once(proxy.log_path, tmp_path, REST)
 
 
+@pytest.mark.slow
 async def test_a_rest_tool_api_through_mitm(server_loop, upstream, tmp_path):
     log = tmp_path / "log.jsonl"
     with running_mitm(server_loop, REST, log, tmp_path) as proxy_url:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from chaosproxy.telemetry import log_schema
 from chaosproxy.telemetry.log_schema import LINES, CallLine, Key
 
@@ -54,6 +56,7 @@ def _as_keys(source: str) -> list[ast.Constant]:
     return [node for node in found if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
+@pytest.mark.slow
 def test_no_module_but_the_schema_spells_a_call_line_key() -> None:
     assert len(OWN_KEYS) >= 8
     spelled = [f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}" for path in sorted(PACKAGE.rglob("*.py"))

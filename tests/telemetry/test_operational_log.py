@@ -47,6 +47,7 @@ def test_with_log_format_json_every_operational_line_is_a_json_object(tmp_path: 
     assert {line["level"] for line in lines} >= {"info", "warning"}
 
 
+@pytest.mark.slow
 def test_after_the_command_too(tmp_path: Path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "chaosproxy", "run", "--log-format", "json", "--upstream",

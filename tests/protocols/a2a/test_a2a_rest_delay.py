@@ -13,6 +13,7 @@ from tests.helpers.llm_support import rules
 AFTER_MS = 1500
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("binding", [REST, JSONRPC])
 async def test_a_timeout_answers_after_its_wait_on_either_binding(remote_agent, make_proxy, binding):
     proxy = make_proxy(rules({"match": {"method": "SendMessage"}, "fault": {"type": "timeout", "after_ms": AFTER_MS}}),

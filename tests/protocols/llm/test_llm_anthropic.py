@@ -94,6 +94,7 @@ def test_overloaded_529(llm: ScriptedLlm, make_proxy: Any, stream: bool) -> None
     assert raised.value.body["error"]["type"] == "overloaded_error"
 
 
+@pytest.mark.slow
 def test_overloaded_retried_by_the_sdk(llm: ScriptedLlm, make_proxy: Any) -> None:
     proxy = make_proxy(rules({"fault": {"type": "llm_error", "kind": "overloaded", "retry_after_s": 0.2},
                               "first": 2}), to=llm.url)

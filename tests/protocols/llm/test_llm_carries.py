@@ -9,6 +9,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def ask(base: str, api: str, text: str, is_error: bool | None) -> None:
 @given(api=st.sampled_from(["openai-chat", "openai-responses", "anthropic"]), fault=st.sampled_from(RESULT_FAULTS),
        text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40),
        is_error=st.sampled_from([None, False, True]), seed=st.integers(0, 3))
+@pytest.mark.slow
 def test_a_tool_result_fault_is_logged_iff_the_model_got_other_bytes(
         llm: ScriptedLlm, make_proxy: Any, api: str, fault: dict[str, Any], text: str, is_error: bool | None,
         seed: int) -> None:
@@ -105,6 +107,7 @@ def _reply(base: str, api: str, stream: bool) -> Any:
     return [event.model_dump() for event in answer] if stream else answer.model_dump()  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(api=st.sampled_from(["openai-chat", "openai-responses", "anthropic"]), fault=st.sampled_from(CALL_FAULTS),
        stream=st.booleans(), seed=st.integers(0, 3))

@@ -141,6 +141,7 @@ def test_prompt_typos_keep_code_and_numbers_and_repeat(llm: ScriptedLlm, make_pr
     assert [e["fault"] for e in proxy.events("fault")] == ["prompt_typos"]
 
 
+@pytest.mark.slow
 def test_rate_limit_retried_after_retry_after(llm: ScriptedLlm, make_proxy: Any) -> None:
     proxy = make_proxy(rules({"fault": {"type": "llm_error", "kind": "rate_limit", "retry_after_s": 0.6},
                               "first": 1}), to=llm.url)
@@ -263,6 +264,7 @@ def test_forced_tool_choice_follows_the_renamed_tool(llm: ScriptedLlm, make_prox
     assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
+@pytest.mark.slow
 def test_reset_mid_stream_and_latency(llm: ScriptedLlm, make_proxy: Any) -> None:
     reset = make_proxy(rules({"fault": {"type": "reset", "after_bytes": 300}}), to=llm.url)
     with pytest.raises(openai.APIConnectionError):

@@ -45,6 +45,7 @@ async def test_results_are_identical_direct_and_through_the_proxy(request, make_
     assert proxy.events("fault") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ERAS)
 async def test_progress_notifications_arrive_as_they_are_sent(make_proxy, mcp_http, mode):
     proxy = make_proxy(WATCH, to=mcp_http)
