@@ -1,6 +1,6 @@
 """Which form of the HTTP/1.1 data plane runs: the modules mypyc compiled at install, or their sources.
 
-`pip install` compiles `h1` and the modules of `http` when it can (setup.py, which records each source's SHA-256 in
+`pip install` compiles the modules of `h1` and `http` when it can (setup.py, which records each source's SHA-256 in
 compiled.json). The compiled modules run unless CHAOSPROXY_NO_EXTENSIONS is set or a source changed
 since it was compiled (an edited checkout; `pip install -e .` compiles it again). Otherwise the sources
 run, all of them: the compiled modules of one build call each other directly, so they cannot be mixed
@@ -21,10 +21,10 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).parent
-# the compiled modules, as paths under this folder without ".py" (the `http` package's __init__ and its
+# the compiled modules, as paths under this folder without ".py" (the packages' __init__ files, and `http`'s
 # `traced`, which subclasses a compiled class, stay Python)
-MODULES = ("h1", "http/heads", "http/calls", "http/route", "http/passthrough", "http/plain", "http/inspection",
-           "http/proxy")
+MODULES = ("h1/heads", "h1/bodies", "h1/wire", "h1/upstream", "h1/client", "h1/listener", "http/heads", "http/calls",
+           "http/route", "http/passthrough", "http/plain", "http/inspection", "http/proxy")
 _NAMES = {f"{__package__}.{module.replace('/', '.')}": module for module in MODULES}
 NOT_COMPILED = "not compiled"
 

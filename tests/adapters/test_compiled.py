@@ -53,7 +53,7 @@ def test_the_sources_run_when_asked_to_or_when_the_build_is_not_whole(tmp_path, 
     monkeypatch.delenv("CHAOSPROXY_NO_EXTENSIONS")
     (tmp_path / "compiled.json").unlink()
     assert sources_reason(tmp_path) == "compiled.json is missing"
-    (tmp_path / f"h1{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
+    (tmp_path / f"{compiled.MODULES[0]}{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
     assert sources_reason(tmp_path) == "only some of its modules were compiled"
     for name in compiled.MODULES[1:]:
         (tmp_path / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
@@ -61,7 +61,7 @@ def test_the_sources_run_when_asked_to_or_when_the_build_is_not_whole(tmp_path, 
 
 
 def _imported_from(env: dict[str, str]) -> list[str]:
-    code = ("import chaosproxy.adapters.h1 as a, chaosproxy.adapters.http.proxy as b; print(a.__file__); "
+    code = ("import chaosproxy.adapters.h1.client as a, chaosproxy.adapters.http.proxy as b; print(a.__file__); "
             "print(b.__file__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
